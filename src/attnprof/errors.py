@@ -1,0 +1,20 @@
+"""The two ways a command ends badly, and their exit codes.
+
+`UsageError` is the user's input (a bad shape, an unknown name, a missing device, an unwritable folder): one
+line, exit 2. `CheckFailed` is a check the user asked for that did not hold (a forbidden fallback, numbers that
+disagree, a regression): exit 1. Anything else is our bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class UsageError(Exception):
+    """Bad input from the user. The CLI prints `attnprof: error: <message>` and exits 2."""
+
+    exit_code = 2
+
+
+class CheckFailed(Exception):
+    """A requested check did not hold. The CLI prints the message and exits 1."""
+
+    exit_code = 1

@@ -1,0 +1,40 @@
+"""The registry: a plain dict of named variants, and the one function that turns `--variants` into them."""
+
+from __future__ import annotations
+
+from attnprof.errors import UsageError
+from attnprof.variants.base import Accepted, Rejected, Support, Variant
+from attnprof.variants.flex import FLEX
+from attnprof.variants.inplace import INPLACE
+from attnprof.variants.kernel_hub import KERNEL
+from attnprof.variants.naive import NAIVE
+from attnprof.variants.reference import REFERENCE, reference_attention
+from attnprof.variants.sdpa import PINNED, SDPA
+from attnprof.variants.user import load_user_variant
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (NAIVE, INPLACE, SDPA, *PINNED.values(), FLEX, KERNEL, REFERENCE)}
+
+# The tutorial's four stages, then FlexAttention: what `attnprof stages` runs when no --variants is given.
+DEFAULT_STAGES = ("naive", "inplace", "sdpa", "flex", "kernel")
+
+
+def resolve_variants(spec: str | None, default: tuple[str, ...] = DEFAULT_STAGES) -> list[Variant]:
+    """`"naive,sdpa,my.mod:fn"` → variants; `"all"` → every registered one but the oracle. Unknown names: UsageError."""
+    names = [n.strip() for n in (spec.split(",") if spec else default) if n.strip()]
+    if not names:
+        raise UsageError("--variants is empty; valid names: " + ", ".join(VARIANTS))
+    if names == ["all"]:
+        names = [n for n in VARIANTS if n != "reference"]
+    out: list[Variant] = []
+    for name in names:
+        if ":" in name:
+            out.append(load_user_variant(name))
+        elif name in VARIANTS:
+            out.append(VARIANTS[name])
+        else:
+            raise UsageError(f"unknown variant {name!r}; valid: {', '.join(VARIANTS)}, all, or package.module:function")
+    return out
+
+
+__all__ = ["VARIANTS", "DEFAULT_STAGES", "Variant", "Accepted", "Rejected", "Support", "resolve_variants",
+           "reference_attention", "load_user_variant"]

@@ -1,0 +1,57 @@
+"""What a variant is: a named attention implementation that says, before it runs, whether it can run a workload.
+
+Nothing falls back silently: `supports(workload)` returns `Accepted` or `Rejected(reason)`, and every command
+reports rejected variants with their reason instead of running something else in their place.
+Every variant's callable takes `Inputs` (q `[B, Hq, Sq, D]`, k/v `[B, Hkv, Sk, D]`) and returns `[B, Hq, Sq, D]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from attnprof.workload import Inputs, Workload
+
+
+@dataclass(frozen=True)
+class Accepted:
+    note: str = ""
+
+    ok = True
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: str
+
+    ok = False
+
+
+Support = Accepted | Rejected
+
+
+def always(workload: Workload) -> Support:
+    return Accepted()
+
+
+@dataclass(frozen=True)
+class Variant:
+    """`fn(inputs) -> out [B, Hq, Sq, D]`; `supports(workload)` decides before anything runs."""
+
+    name: str
+    fn: Callable[[Inputs], torch.Tensor]
+    supports: Callable[[Workload], Support] = always
+    description: str = ""
+    # The stage of the tutorial this variant stands for, or "extra" / "user".
+    family: str = "extra"
+
+    def __call__(self, inputs: Inputs) -> torch.Tensor:
+        return self.fn(inputs)
+
+
+def expand_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """`[B, Hkv, S, D]` → `[B, Hq, S, D]`: query head h reads kv head h // (Hq // Hkv) (repeat_kv's order)."""
+    groups = heads // x.shape[1]
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)

@@ -1,0 +1,50 @@
+"""Stage one of the tutorial: attention written out by hand, with the out-of-place `masked_fill`.
+
+Q·Kᵀ, scale, causal mask built inside the step (as the tutorial does: `ones().triu()` every call), `masked_fill`
+(out of place: PyTorch copies the whole `[B, H, Sq, Sk]` score tensor first, the tutorial's sixth kernel),
+softmax, ·V. GQA without copies: the query heads of one kv head are folded into the row dimension.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnprof.variants.base import Variant
+from attnprof.workload import Inputs
+
+
+def eager_attention(inputs: Inputs, *, inplace: bool) -> torch.Tensor:
+    """The tutorial's eager attention. `inplace` picks `masked_fill_` over `masked_fill`."""
+    q, k, v = inputs.q, inputs.k, inputs.v
+    b, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    g = hq // hkv
+    qg = q.reshape(b, hkv, g * sq, d)  # (B, Hkv, G*Sq, D): the G query heads of a kv head, stacked
+    scores = torch.matmul(qg, k.transpose(-2, -1))  # (B, Hkv, G*Sq, Sk)
+    scores = scores * inputs.scale
+    scores = scores.view(b, hkv, g, sq, sk)  # (B, Hkv, G, Sq, Sk)
+    if inputs.causal:
+        # built every step, as in the tutorial; bottom-right aligned (query i sees keys j <= i + Sk - Sq)
+        hidden = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(diagonal=sk - sq + 1)
+        scores = scores.masked_fill_(hidden, float("-inf")) if inplace else scores.masked_fill(hidden, float("-inf"))
+    if inputs.attn_mask is not None:
+        mask = inputs.attn_mask[:, :, None]  # (B, 1, 1, Sq, Sk) broadcast over heads
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill_(~mask, float("-inf")) if inplace else scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores.add_(mask) if inplace else scores + mask
+    probs = torch.softmax(scores, dim=-1).view(b, hkv, g * sq, sk)
+    out = torch.matmul(probs, v)  # (B, Hkv, G*Sq, D)
+    return out.view(b, hq, sq, d)
+
+
+def naive_attention(inputs: Inputs) -> torch.Tensor:
+    return eager_attention(inputs, inplace=False)
+
+
+NAIVE = Variant(
+    name="naive",
+    fn=naive_attention,
+    description="QKᵀ, scale, out-of-place masked_fill (mask built each step), softmax, ·V",
+    family="naive",
+)

@@ -1,0 +1,52 @@
+"""The oracle: attention in float64, the definition of correct for every variant on every device.
+
+Computed on the inputs' device (float64 runs everywhere, and on a GPU it keeps big references fast) in chunks of
+batch × heads so the `[Sq, Sk]` score matrices stay under ~512 MiB at any size. Rows that see no key at all come
+out as zeros, the convention of FlashAttention and of every fused SDPA backend.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnprof.variants.base import Variant
+from attnprof.workload import Inputs
+
+_CHUNK_BYTES = 512 * 2**20
+
+
+def reference_attention(inputs: Inputs) -> torch.Tensor:
+    """fp64 `[B, Hq, Sq, D]` on the inputs' device."""
+    q, k, v = (t.detach().to(torch.float64) for t in (inputs.q, inputs.k, inputs.v))
+    b, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    groups = hq // hkv
+    keep = inputs.valid  # bool [B, 1, Sq, Sk] or None
+    if keep is None and inputs.attn_mask is not None and inputs.attn_mask.dtype == torch.bool:
+        keep = inputs.attn_mask
+    additive = inputs.attn_mask if inputs.attn_mask is not None and inputs.attn_mask.is_floating_point() else None
+    out = torch.empty(b, hq, sq, d, dtype=torch.float64, device=q.device)
+    heads_per_chunk = max(1, min(hq, _CHUNK_BYTES // (sq * sk * 8)))
+    for bi in range(b):
+        for h0 in range(0, hq, heads_per_chunk):
+            h1 = min(hq, h0 + heads_per_chunk)
+            qc = q[bi, h0:h1]  # (h, Sq, D)
+            kv_idx = torch.arange(h0, h1, device=q.device) // groups
+            kc, vc = k[bi, kv_idx], v[bi, kv_idx]  # (h, Sk, D)
+            scores = torch.matmul(qc, kc.transpose(-2, -1)) * inputs.scale  # (h, Sq, Sk)
+            if additive is not None:
+                scores = scores + additive[bi].to(torch.float64)
+            if keep is not None:
+                scores = scores.masked_fill(~keep[bi], float("-inf"))
+            probs = torch.softmax(scores, dim=-1)
+            probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key → zeros
+            out[bi, h0:h1] = torch.matmul(probs, vc)
+    return out
+
+
+REFERENCE = Variant(
+    name="reference",
+    fn=reference_attention,
+    description="float64 oracle (chunked); the definition of correct",
+    family="reference",
+)

@@ -1,0 +1,70 @@
+"""Users' own attention: `package.module:function` taking `(q, k, v, *, causal, scale)` in `[B, H, S, D]`.
+
+k and v may have fewer heads than q (GQA). A function that also accepts `attn_mask=` is given the workload's mask
+(bool, True = attend; or additive float) and `causal=False`; one that does not is rejected for masked workloads.
+The output must be `[B, Hq, Sq, D]`: anything else is a usage error naming the function and the shapes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import torch
+
+from attnprof.errors import UsageError
+from attnprof.variants.base import Accepted, Rejected, Support, Variant
+from attnprof.workload import Inputs, Workload
+
+
+def load_user_variant(spec: str) -> Variant:
+    """`pkg.mod:fn` → Variant, or a UsageError that says what is wrong with it."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"user variant {spec!r} must look like package.module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module_name!r} for variant {spec!r}: {exc}") from None
+    fn = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise UsageError(f"{module_name!r} has no attribute {attr!r} (variant {spec!r})")
+    if not callable(fn):
+        raise UsageError(f"variant {spec!r} is not callable")
+    takes_mask = _check_signature(spec, fn)
+
+    def run(inputs: Inputs) -> torch.Tensor:
+        kwargs = {"causal": inputs.causal, "scale": inputs.scale}
+        if inputs.attn_mask is not None:
+            kwargs["attn_mask"] = inputs.attn_mask
+        out = fn(inputs.q, inputs.k, inputs.v, **kwargs)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(inputs.q.shape):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise UsageError(f"variant {spec!r} returned {got}, expected a tensor of shape {tuple(inputs.q.shape)} "
+                             "[B, Hq, Sq, D]")
+        return out
+
+    def supports(workload: Workload) -> Support:
+        if workload.mask != "none" and not takes_mask:
+            return Rejected(f"{spec}: the workload has a {workload.mask} mask and the function takes no attn_mask=")
+        return Accepted()
+
+    run.__name__ = getattr(fn, "__name__", attr)
+    return Variant(name=spec, fn=run, supports=supports, family="user",
+                   description=(inspect.getdoc(fn) or "user function").splitlines()[0])
+
+
+def _check_signature(spec: str, fn) -> bool:
+    """Raise UsageError unless fn(q, k, v, *, causal=…, scale=…) binds; return whether it takes attn_mask."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False  # builtins without a signature: trust the call, the output check still applies
+    try:
+        sig.bind(1, 2, 3, causal=True, scale=1.0)
+    except TypeError as exc:
+        raise UsageError(f"variant {spec!r} must accept (q, k, v, *, causal, scale): {exc}") from None
+    params = sig.parameters
+    return "attn_mask" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())

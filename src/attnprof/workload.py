@@ -1,0 +1,207 @@
+"""The attention workload: one frozen description of shapes, dtype, mask and device, and the inputs it makes.
+
+Every consumer (profiling, audit, numerics, bench) takes the same `Workload` and the same `Inputs` from
+`Workload.make_inputs(seed)`, so there is exactly one way in. Layout at this boundary is always `[B, H, S, D]`:
+q is `[B, Hq, Sq, D]`, k and v are `[B, Hkv, Sk, D]` (GQA when Hkv < Hq; query head h reads kv head
+h // (Hq // Hkv), the grouping of SDPA's `enable_gqa` and of transformers' `repeat_kv`).
+
+Causal means bottom-right aligned, as FlashAttention and every KV-cache decoder define it: query i sees keys
+j <= i + (Sk - Sq). With Sq == Sk that is the ordinary lower triangle; with Sq == 1 (decode) the query sees all
+keys. Rows that see no key at all (Sq > Sk, or left padding) must come out as zeros.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from attnprof.errors import UsageError
+
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp64": torch.float64,
+}
+DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
+                 "float64": "fp64", "double": "fp64"}
+
+MaskKind = Literal["none", "bool", "additive", "pad-right", "pad-left"]
+MASK_KINDS: tuple[str, ...] = ("none", "bool", "additive", "pad-right", "pad-left")
+
+
+def dtype_name(name: str) -> str:
+    """Canonical dtype name (`bf16`, `fp16`, `fp32`, `fp64`) or a UsageError listing the valid ones."""
+    key = DTYPE_ALIASES.get(name.lower(), name.lower())
+    if key not in DTYPES:
+        raise UsageError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+    return key
+
+
+def resolve_device(name: str | None) -> str:
+    """`None`/`auto` → the best local device; an explicit device must exist here."""
+    if name in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {name} asked for CUDA, but this machine has no CUDA device "
+                             f"(torch {torch.__version__}); use --device cpu")
+        index = int(name.split(":")[1]) if ":" in name else 0
+        if index >= torch.cuda.device_count():
+            raise UsageError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
+        return name
+    if name == "cpu":
+        return "cpu"
+    raise UsageError(f"unknown device {name!r}; use cpu, cuda or cuda:N")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Tensors for one attention call. q `[B, Hq, Sq, D]`, k/v `[B, Hkv, Sk, D]`.
+
+    `attn_mask` is None or `[B, 1, Sq, Sk]` (bool: True = attend; float: additive, 0 or -inf) and, when present,
+    already contains the causal rule, so `causal` is then False for the call. `valid` is the boolean `[B, 1, Sq, Sk]`
+    form of the same rule, kept for checks (None when there is no mask and no causal flag).
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    causal: bool
+    scale: float
+    attn_mask: torch.Tensor | None = None
+    valid: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    batch: int = 2
+    heads: int = 8
+    kv_heads: int | None = None
+    seq: int = 256
+    kv_seq: int | None = None
+    head_dim: int = 64
+    dtype: str = "fp32"
+    causal: bool = True
+    mask: MaskKind = "none"
+    device: str = "cpu"
+    # Non-contiguous inputs: q/k/v made as [B, S, H, D] and transposed to [B, H, S, D] views (as in most models).
+    transposed: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.kv_seq is None:
+            object.__setattr__(self, "kv_seq", self.seq)
+        for field in ("batch", "heads", "kv_heads", "seq", "kv_seq", "head_dim"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value <= 0:
+                raise UsageError(f"{field.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.heads % self.kv_heads:
+            raise UsageError(f"heads ({self.heads}) must be divisible by kv-heads ({self.kv_heads}) for GQA")
+        if self.mask not in MASK_KINDS:
+            raise UsageError(f"unknown mask kind {self.mask!r}; choose one of {', '.join(MASK_KINDS)}")
+
+    # -- derived -------------------------------------------------------------------------------------------------
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def gqa(self) -> bool:
+        return self.kv_heads != self.heads
+
+    @property
+    def scale(self) -> float:
+        return self.head_dim ** -0.5
+
+    def label(self) -> str:
+        """Short human label: `2x8x256x64 fp32 causal` (B×Hq[/Hkv]×Sq[→Sk]×D)."""
+        heads = f"{self.heads}/{self.kv_heads}" if self.gqa else f"{self.heads}"
+        seq = f"{self.seq}→{self.kv_seq}" if self.kv_seq != self.seq else f"{self.seq}"
+        parts = [f"{self.batch}x{heads}x{seq}x{self.head_dim}", self.dtype, "causal" if self.causal else "full"]
+        if self.mask != "none":
+            parts.append(f"mask={self.mask}")
+        if self.transposed:
+            parts.append("strided")
+        return " ".join(parts)
+
+    def replace(self, **changes) -> Workload:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict:
+        return {"batch": self.batch, "heads": self.heads, "kv_heads": self.kv_heads, "seq": self.seq,
+                "kv_seq": self.kv_seq, "head_dim": self.head_dim, "dtype": self.dtype, "causal": self.causal,
+                "mask": self.mask, "device": self.device, "layout": "bhsd", "transposed": self.transposed}
+
+    def input_bytes(self) -> int:
+        """Bytes of q, k, v and the output: the least any implementation must move."""
+        elem = torch.empty((), dtype=self.torch_dtype).element_size()
+        q_o = 2 * self.batch * self.heads * self.seq * self.head_dim
+        kv = 2 * self.batch * self.kv_heads * self.kv_seq * self.head_dim
+        return (q_o + kv) * elem
+
+    # -- masks ---------------------------------------------------------------------------------------------------
+    def valid_lengths(self) -> list[int]:
+        """Per-batch count of real (unpadded) keys for the padding masks: full, 3/4, 1/2, 1/4, … of Sk, >= 1."""
+        fractions = (1.0, 0.75, 0.5, 0.25)
+        return [max(1, int(self.kv_seq * fractions[b % len(fractions)])) for b in range(self.batch)]
+
+    def valid_mask(self, device: str | torch.device = "cpu") -> torch.Tensor | None:
+        """Boolean `[B, 1, Sq, Sk]` (True = attend) for causal + padding, or None when every key is visible."""
+        if not self.causal and self.mask == "none":
+            return None
+        sq, sk = self.seq, self.kv_seq
+        keep = torch.ones(self.batch, 1, sq, sk, dtype=torch.bool, device=device)
+        if self.causal:
+            # bottom-right aligned: query i sees key j when j <= i + (Sk - Sq)
+            keep &= torch.ones(sq, sk, dtype=torch.bool, device=device).tril(diagonal=sk - sq)
+        if self.mask in ("pad-right", "pad-left", "bool", "additive"):
+            lengths = torch.tensor(self.valid_lengths(), device=device)
+            pos = torch.arange(sk, device=device)
+            if self.mask == "pad-left":
+                key_ok = pos[None, :] >= (sk - lengths)[:, None]  # (B, Sk): real tokens at the right end
+            else:
+                key_ok = pos[None, :] < lengths[:, None]  # (B, Sk): real tokens at the left end
+            if self.mask in ("bool", "additive"):
+                key_ok = torch.ones_like(key_ok)  # plain masks: causal only, but passed as a tensor
+            keep &= key_ok[:, None, None, :]
+        return keep
+
+    # -- inputs --------------------------------------------------------------------------------------------------
+    def make_inputs(self, seed: int = 0) -> Inputs:
+        """Random normal q, k, v (never zeros: zeros hide unwritten outputs) with the workload's mask."""
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        b, hq, hkv, sq, sk, d = self.batch, self.heads, self.kv_heads, self.seq, self.kv_seq, self.head_dim
+
+        def draw(h: int, s: int) -> torch.Tensor:
+            if self.transposed:
+                x = torch.randn(b, s, h, d, generator=gen)  # (B, S, H, D)
+                x = x.to(self.device, self.torch_dtype)
+                return x.transpose(1, 2)  # (B, H, S, D) view with the heads stride innermost-but-one
+            return torch.randn(b, h, s, d, generator=gen).to(self.device, self.torch_dtype)
+
+        q, k, v = draw(hq, sq), draw(hkv, sk), draw(hkv, sk)
+        valid = self.valid_mask(self.device)
+        attn_mask = None
+        if self.mask != "none":
+            attn_mask = valid
+            if self.mask == "additive":
+                attn_mask = torch.zeros(valid.shape, dtype=self.torch_dtype, device=self.device)
+                attn_mask.masked_fill_(~valid, float("-inf"))
+        return Inputs(q=q, k=k, v=v, causal=self.causal and attn_mask is None, scale=self.scale,
+                      attn_mask=attn_mask, valid=valid)
+
+
+def default_workload(device: str) -> tuple[Workload, str]:
+    """The default workload for a device, and the sentence that says why it was chosen."""
+    if device.startswith("cuda"):
+        return (Workload(batch=8, heads=16, seq=1024, head_dim=64, dtype="bf16", causal=True, device=device),
+                "default for CUDA: the tutorial's 8x16x1024x64 bf16 causal")
+    return (Workload(batch=2, heads=8, seq=512, head_dim=64, dtype="fp32", causal=True, device=device),
+            "default for CPU: 2x8x512x64 fp32 causal, smaller than the tutorial's 8x16x1024x64 bf16 "
+            "so it finishes in seconds (the CPU has no fast bf16 matmul)")
