@@ -1,0 +1,5 @@
+import sys
+
+from attnprof.cli import main
+
+sys.exit(main())

@@ -1,0 +1,106 @@
+"""What every subcommand shares: workload flags, `--device`, `--out`, `--json`, and how a report folder is made.
+
+Handlers stay a few lines: parse → build a `Workload` → call the library → render. Heavy imports live inside the
+handlers so `attnprof --help` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import sys
+from pathlib import Path
+
+from attnprof.errors import UsageError
+from attnprof.workload import MASK_KINDS, Workload, default_workload, resolve_device
+
+
+def add_output_args(p: argparse.ArgumentParser, *, out: bool = True) -> None:
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: the best local device)")
+    if out:
+        p.add_argument("--out", type=Path, default=None,
+                       help="report folder (default: attnprof-report/<command>-<timestamp>/)")
+    p.add_argument("--json", action="store_true", help="print one machine-readable JSON line last")
+    p.add_argument("--seed", type=int, default=0, help="seed for the random inputs (default 0)")
+
+
+def add_variants_arg(p: argparse.ArgumentParser, default_help: str) -> None:
+    p.add_argument("--variants", default=None,
+                   help=f"comma-separated registry names or package.module:function ({default_help})")
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload (defaults depend on the device; the output says which)")
+    g.add_argument("--batch", type=int)
+    g.add_argument("--heads", type=int, help="query heads")
+    g.add_argument("--kv-heads", type=int, help="key/value heads (GQA when fewer than --heads)")
+    g.add_argument("--seq", type=int, help="query length")
+    g.add_argument("--kv-seq", type=int, help="key length (default: --seq)")
+    g.add_argument("--head-dim", type=int)
+    g.add_argument("--dtype", help="bf16, fp16, fp32")
+    g.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--mask", choices=MASK_KINDS, default=None, help="explicit mask tensor kind (default none)")
+
+
+def workload_from_args(args: argparse.Namespace) -> tuple[Workload, str]:
+    """The workload the flags describe, and one sentence on which defaults filled the rest."""
+    device = resolve_device(args.device)
+    base, why = default_workload(device)
+    given = {
+        "batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads, "seq": args.seq,
+        "kv_seq": args.kv_seq, "head_dim": args.head_dim, "dtype": args.dtype, "causal": args.causal,
+        "mask": args.mask,
+    }
+    changes = {k: v for k, v in given.items() if v is not None}
+    if "heads" in changes and "kv_heads" not in changes:
+        changes["kv_heads"] = changes["heads"]
+    if "seq" in changes and "kv_seq" not in changes:
+        changes["kv_seq"] = changes["seq"]
+    workload = base.replace(**changes)
+    _check_dtype_runs(workload)
+    if changes:
+        why = f"{why}; overridden by flags: {', '.join(sorted(k.replace('_', '-') for k in changes))}"
+    return workload, why
+
+
+def _check_dtype_runs(w: Workload) -> None:
+    import torch
+
+    if w.device.startswith("cuda") and w.dtype == "bf16" and not torch.cuda.is_bf16_supported():
+        raise UsageError(f"{w.device} ({torch.cuda.get_device_name()}) cannot run bf16; use --dtype fp16")
+    if w.device == "cpu" and w.dtype == "fp16" and not _cpu_half_matmul_ok():
+        raise UsageError("this CPU build of torch cannot multiply fp16 matrices; use --dtype fp32 or bf16")
+
+
+def _cpu_half_matmul_ok() -> bool:
+    import torch
+
+    try:
+        torch.ones(2, 2, dtype=torch.float16) @ torch.ones(2, 2, dtype=torch.float16)
+    except RuntimeError:
+        return False
+    return True
+
+
+def out_dir(args: argparse.Namespace, command: str) -> Path:
+    """The report folder: `--out` or `attnprof-report/<command>-<timestamp>/`, checked writable before work starts."""
+    path = args.out or Path("attnprof-report") / f"{command}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {path} exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create report folder {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"report folder {path} is not writable")
+    return path
+
+
+def emit_json(args: argparse.Namespace, obj: dict) -> None:
+    """With --json, the last line on stdout is one JSON object."""
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(obj, separators=(",", ":"), default=str) + "\n")
+        sys.stdout.flush()

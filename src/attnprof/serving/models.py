@@ -1,0 +1,101 @@
+"""Decoder models built from configuration presets: real transformers architectures, random weights, offline.
+
+Nothing is downloaded: a preset is a config, the weights are drawn from a fixed seed. A local `config.json` path
+works wherever a preset name does. transformers is an optional dependency (`pip install 'attnprof[models]'`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from attnprof.errors import UsageError
+
+# name → (architecture, config fields). Llama-3-like shapes; the tiny ones run in seconds on a CPU.
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "tiny-llama": ("llama", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=512, max_position_embeddings=1024)),
+    "tiny-qwen": ("qwen2", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                num_key_value_heads=2, vocab_size=512, max_position_embeddings=1024)),
+    "llama-1b": ("llama", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                               num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072,
+                               rope_theta=500000.0, tie_word_embeddings=True)),
+    "llama-8b": ("llama", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                               num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072,
+                               rope_theta=500000.0)),
+    "qwen-1.5b": ("qwen2", dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                                num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768)),
+}
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise UsageError("this needs transformers: pip install 'attnprof[models]'") from None
+    return transformers
+
+
+def load_config(name_or_path: str, *, attn_implementation: str = "eager"):
+    """A transformers config from a preset name or a local config.json; UsageError for anything else."""
+    tf = _transformers()
+    path = Path(name_or_path)
+    if name_or_path in PRESETS:
+        arch, fields = PRESETS[name_or_path]
+        cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config}[arch]
+        config = cls(**fields)
+    elif path.suffix == ".json" or path.is_dir():
+        file = path / "config.json" if path.is_dir() else path
+        try:
+            data = json.loads(file.read_text())
+        except FileNotFoundError:
+            raise UsageError(f"{file}: no such config file") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UsageError(f"{file}: not a readable config.json ({exc})") from None
+        model_type = data.get("model_type") if isinstance(data, dict) else None
+        if not model_type:
+            raise UsageError(f"{file}: config has no model_type")
+        try:
+            config = tf.AutoConfig.for_model(model_type, **{k: v for k, v in data.items() if k != "model_type"})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"{file}: transformers cannot build a {model_type!r} config ({exc})") from None
+    else:
+        raise UsageError(f"unknown model preset {name_or_path!r}; presets: {', '.join(PRESETS)}, or a config.json path")
+    config._attn_implementation = attn_implementation
+    return config
+
+
+def build_model(name_or_path: str, *, attn_implementation: str = "eager", dtype: str = "fp32", device: str = "cpu",
+                seed: int = 0):
+    """A causal LM from a preset or config, random weights from `seed`, in eval mode on `device`."""
+    import torch
+
+    from attnprof.workload import DTYPES, dtype_name
+
+    tf = _transformers()
+    config = load_config(name_or_path, attn_implementation=attn_implementation)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = tf.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
+                                                    dtype=DTYPES[dtype_name(dtype)])
+    return model.eval()
+
+
+def padded_batch(config, *, batch: int = 4, seq: int = 32, seed: int = 0, device: str = "cpu",
+                 side: str = "left"):
+    """(input_ids, attention_mask) with rows of different lengths padded on `side`: the usual suspect for bugs."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, config.vocab_size, (batch, seq), generator=gen)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    for b in range(batch):
+        pad = (b * seq) // (2 * batch)  # 0, 1/8, 1/4, 3/8 of the row padded
+        if pad:
+            if side == "left":
+                mask[b, :pad] = 0
+            else:
+                mask[b, seq - pad:] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    return ids.to(device), mask.to(device)
