@@ -1,0 +1,80 @@
+"""Wall latency of one call: device events on CUDA, `perf_counter` on the CPU, warm-up first, quantiles out.
+
+Device work is asynchronous, so a host clock around a CUDA call measures the launch, not the kernel: on CUDA each
+repetition is bracketed by `torch.cuda.Event`s and the GPU is synchronised once at the end. `flush_l2` writes a
+buffer larger than the L2 cache between repetitions so a small workload is not timed from cache.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Milliseconds per call over `reps` repetitions."""
+
+    p20: float
+    p50: float
+    p80: float
+    reps: int
+    method: str  # "cuda-events" | "perf_counter"
+
+    def to_json(self) -> dict:
+        return {"p20": self.p20, "p50": self.p50, "p80": self.p80, "reps": self.reps, "method": self.method}
+
+
+def quantiles(samples: list[float]) -> tuple[float, float, float]:
+    """p20, p50, p80 (inclusive method: defined for two samples and up)."""
+    if len(samples) == 1:
+        return samples[0], samples[0], samples[0]
+    q = statistics.quantiles(samples, n=10, method="inclusive")
+    return q[1], statistics.median(samples), q[7]
+
+
+_FLUSH: dict[str, torch.Tensor] = {}
+
+
+def flush_l2(device: str) -> None:
+    """Overwrite the L2 cache (twice its size, or 256 MiB when unknown)."""
+    if not device.startswith("cuda"):
+        return
+    if device not in _FLUSH:
+        props = torch.cuda.get_device_properties(torch.device(device))
+        size = 2 * getattr(props, "L2_cache_size", 128 * 2**20) or 256 * 2**20
+        _FLUSH[device] = torch.empty(size, dtype=torch.uint8, device=device)
+    _FLUSH[device].zero_()
+
+
+def time_call(fn: Callable[[], object], device: str, *, warmup: int = 3, reps: int = 20,
+              l2_flush: bool = False) -> Timing:
+    """Time `fn()` `reps` times after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for start, end in zip(starts, ends, strict=True):
+            if l2_flush:
+                flush_l2(device)
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize(device)
+        samples = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+        method = "cuda-events"
+    else:
+        samples = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e3)
+        method = "perf_counter"
+    p20, p50, p80 = quantiles(samples)
+    return Timing(p20=p20, p50=p50, p80=p80, reps=reps, method=method)
