@@ -46,6 +46,9 @@ class Variant:
     description: str = ""
     # The stage of the tutorial this variant stands for, or "extra" / "user".
     family: str = "extra"
+    # For variants that cannot dispatch elsewhere (flex, our kernel): the backend they are. SDPA variants leave it
+    # None: their backend is read from what ran.
+    backend: str | None = None
 
     def __call__(self, inputs: Inputs) -> torch.Tensor:
         return self.fn(inputs)

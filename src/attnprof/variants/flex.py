@@ -69,5 +69,5 @@ def supports(workload: Workload) -> Support:
     return Accepted()
 
 
-FLEX = Variant(name="flex", fn=flex_attention_call, supports=supports, family="extra",
+FLEX = Variant(name="flex", fn=flex_attention_call, supports=supports, family="extra", backend="flex",
                description="torch.compile(flex_attention) with a causal block mask")

@@ -1,0 +1,64 @@
+"""`attnprof stages`: the tutorial's four stages (and FlexAttention) on one workload, profiled stage by stage."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from attnprof.commands.common import (add_output_args, add_variants_arg, add_workload_args, emit_json, out_dir,
+                                      workload_from_args)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("stages", help="profile naive → in-place → SDPA → fused kernel on one workload",
+                       description=__doc__)
+    add_workload_args(p)
+    add_variants_arg(p, "default: naive,inplace,sdpa,flex,kernel")
+    add_output_args(p)
+    p.add_argument("--steps", type=int, default=5, help="profiled forward steps per stage (default 5)")
+    p.add_argument("--reps", type=int, default=20, help="timed calls per stage for the latency (default 20, min 20)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnprof.errors import UsageError
+    from attnprof.report.records import provenance, write_atomic, write_json
+    from attnprof.report.render import err, progress
+    from attnprof.report.stages_report import markdown, print_terminal
+    from attnprof.stages import results_json, run_stages
+    from attnprof.variants import resolve_variants
+
+    if args.steps < 1 or args.reps < 20:
+        raise UsageError("--steps must be >= 1 and --reps >= 20 (a median of fewer runs is noise)")
+    workload, note = workload_from_args(args)
+    variants = resolve_variants(args.variants)
+    folder = out_dir(args, "stages")
+    err.print(f"[dim]{note}[/dim]")
+    with progress() as bar:
+        task = bar.add_task("stages", total=len(variants))
+
+        def on_stage(name: str) -> None:
+            bar.update(task, description=f"{name} on {workload.label()}", completed=len(done))
+            done.append(name)
+
+        done: list[str] = []
+        results = run_stages(workload, variants, folder, seed=args.seed, steps=args.steps, reps=args.reps,
+                             on_stage=on_stage)
+        bar.update(task, completed=len(variants), description="stages done")
+    command = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    prov = provenance(workload.device, seed=args.seed)
+    data = results_json(workload, results, prov, note)
+    write_json(folder / "results.json", data)
+    write_atomic(folder / "report.md", markdown(results, workload.label(), note, command, prov))
+    print_terminal(results, workload.label(), note, workload.device.startswith("cuda"))
+    err.print(f"report: {folder}/results.json, report.md, traces/")
+    emit_json(args, {"schema": data["schema"], "out": str(folder), "workload": data["workload"],
+                     "stages": [{k: s[k] for k in ("variant", "status", "reason", "kernels_per_step", "backend",
+                                                   "latency_ms", "max_rel_err")} for s in data["stages"]]})
+    failed = [r for r in results if r.status == "error"]
+    if failed:
+        from attnprof.errors import CheckFailed
+
+        raise CheckFailed("; ".join(f"{r.variant}: {r.reason}" for r in failed))
+    return 0

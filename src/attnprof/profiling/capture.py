@@ -1,0 +1,65 @@
+"""Run a variant under `torch.profiler`: warm-up first, then N steps each in its own `record_function` range.
+
+Warm-up keeps one-off work (cuBLAS handle creation, Triton compilation, autotuning, lazy module loads) out of
+the steps. Each profiled step is `attnprof.step.<i>`, so `trace.split_steps` can attribute every kernel to the
+forward step that launched it. The trace is exported as Chrome JSON, which Perfetto and chrome://tracing open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from attnprof.profiling.trace import STEP_PREFIX
+
+
+def capture(step_fn: Callable[[], object], trace_path: Path, *, device: str, steps: int = 5, warmup: int = 3) -> Path:
+    """Profile `steps` calls of `step_fn` after `warmup` unprofiled ones; write the Chrome trace to `trace_path`."""
+    cuda = device.startswith("cuda")
+    for _ in range(warmup):
+        step_fn()
+    if cuda:
+        torch.cuda.synchronize(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with _without_kineto_chatter(), profile(activities=activities, profile_memory=True, record_shapes=False) as prof:
+        for i in range(steps):
+            with record_function(f"{STEP_PREFIX}{i}"):
+                step_fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+    trace_path = Path(trace_path)
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = trace_path.with_name(trace_path.name + ".part")
+    prof.export_chrome_trace(str(tmp))
+    tmp.replace(trace_path)
+    return trace_path
+
+
+_CHATTER = re.compile(r"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\]")
+
+
+@contextlib.contextmanager
+def _without_kineto_chatter() -> Iterator[None]:
+    """Kineto's C++ prints `USDT: … profiler_start` lines on fd 2 at every start and stop; keep everything else."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            kept = [line for line in sink.read().decode(errors="replace").splitlines() if not _CHATTER.match(line)]
+            if kept:
+                sys.stderr.write("\n".join(kept) + "\n")

@@ -1,0 +1,124 @@
+"""Kernel and operator names → the role they play in attention. One table, tested on real H200 and CPU names.
+
+Roles: gemm, scale, mask_build, copy, mask_apply, softmax, fused_attention (with its backend), memset, other.
+On the GPU every kernel, memcpy and memset counts. On the CPU the "kernels" are the aten ops that do work: a fused
+attention op counts once with its children hidden; any other op counts when none of its descendants does work;
+views and allocations (`METADATA_OPS`) are not work. The first rule whose pattern matches wins, so specific
+names (fused attention kernels that contain "cutlass" or "gemm") come before generic ones.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Role = Literal["gemm", "scale", "mask_build", "copy", "mask_apply", "softmax", "fused_attention", "memset", "other"]
+ROLES: tuple[str, ...] = ("gemm", "scale", "mask_build", "copy", "mask_apply", "softmax", "fused_attention",
+                          "memset", "other")
+
+
+@dataclass(frozen=True)
+class Rule:
+    pattern: str
+    role: Role
+    backend: str | None = None
+
+
+# GPU kernel names (CUDA activity), most specific first.
+GPU_RULES: tuple[Rule, ...] = (
+    Rule(r"^Memset", "memset"),
+    Rule(r"^Memcpy", "copy"),
+    Rule(r"cudnn.*sdpa|sdpa.*cudnn|fort_native_sdpa|cudnn.*fprop.*attention", "fused_attention", "cudnn"),
+    Rule(r"pytorch_flash::|flash_fwd|flash::|flash_attn", "fused_attention", "flash"),
+    Rule(r"fmha_cutlass|attention_kernel_batched|mem_eff|efficient_attention|fmha_", "fused_attention", "efficient"),
+    Rule(r"flex_attention|triton_tem_fused_flex", "fused_attention", "flex"),
+    Rule(r"attnprof_attn|_attn_fwd", "fused_attention", "kernel"),
+    Rule(r"nvjet|gemm|xmma|cutlass|cublas|sm\d+_.*(?:s|h|bf16)\d*gemm|magma", "gemm"),
+    Rule(r"triu_tril|FillFunctor<bool>|arange|CompareLTFunctor|CompareGEFunctor", "mask_build"),
+    Rule(r"masked_fill|where_kernel", "mask_apply"),
+    Rule(r"softmax|SoftMax", "softmax"),
+    Rule(r"MulFunctor|DivFunctor|div_true|mul_kernel|AUnaryFunctor.*Mul|BUnaryFunctor.*Mul", "scale"),
+    Rule(r"copy_kernel|direct_copy|CatArrayBatchedCopy", "copy"),
+    Rule(r"FillFunctor|fill_kernel|zero_", "memset"),
+)
+
+# CPU aten op names (exact op after the `aten::` prefix).
+CPU_RULES: tuple[Rule, ...] = (
+    Rule(r"^_scaled_dot_product_flash_attention_for_cpu$", "fused_attention", "cpu_flash"),
+    Rule(r"^_scaled_dot_product_cudnn_attention$|^_cudnn_attention", "fused_attention", "cudnn"),
+    Rule(r"^_scaled_dot_product_efficient_attention$|^_efficient_attention_forward$", "fused_attention", "efficient"),
+    Rule(r"^_scaled_dot_product_flash_attention$|^_flash_attention_forward$", "fused_attention", "flash"),
+    Rule(r"^(bmm|mm|addmm|baddbmm|addbmm|_addmm_activation|linear)$", "gemm"),
+    Rule(r"^(mul|mul_|div|div_)$", "scale"),
+    Rule(r"^(triu|tril|ones|ones_like|full|arange)$", "mask_build"),
+    Rule(r"^(masked_fill_|masked_fill|where|add_)$", "mask_apply"),
+    Rule(r"^(_softmax|softmax|_safe_softmax|log_softmax)$", "softmax"),
+    Rule(r"^(copy_|clone|contiguous)$", "copy"),
+    Rule(r"^(zero_|fill_|zeros|zeros_like)$", "memset"),
+)
+
+# CPU ops that move no data and launch no work: never counted as kernels.
+METADATA_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "view", "_unsafe_view", "reshape", "_reshape_alias", "expand",
+    "expand_as", "as_strided", "transpose", "t", "permute", "unsqueeze", "squeeze", "select", "slice", "narrow",
+    "detach", "detach_", "alias", "resolve_conj", "resolve_neg", "lift_fresh", "split", "chunk", "unbind",
+    "view_as", "_nested_tensor_from_mask", "scalar_tensor", "result_type", "size", "stride", "is_nonzero",
+    "item", "_local_scalar_dense", "to", "_to_copy", "set_", "record_stream",
+    # torch.compile's bookkeeping ranges around a compiled graph (the graph call itself is counted)
+    "TorchDynamo Cache Lookup", "AOTDispatcher Runtime Wrapper Prologue", "Pregraph bytecode",
+    "Torch-Compiled Region", "CompiledFunction",
+})
+
+# Parents that change what a CPU leaf means: a fill_ inside ones()/full() builds a mask; a copy_ inside to() is a
+# dtype conversion (usually of a Python scalar), not the out-of-place copy the tutorial talks about.
+_CPU_PARENT_ROLE: dict[str, Role] = {"ones": "mask_build", "full": "mask_build", "triu": "mask_build",
+                                     "tril": "mask_build", "_to_copy": "other", "to": "other"}
+
+_GPU_COMPILED = [(re.compile(r.pattern), r) for r in GPU_RULES]
+_CPU_COMPILED = [(re.compile(r.pattern), r) for r in CPU_RULES]
+
+
+@dataclass(frozen=True)
+class Classified:
+    role: Role
+    backend: str | None = None
+
+
+def aten_name(name: str) -> str:
+    return name.split("::", 1)[1] if name.startswith("aten::") else name
+
+
+def classify_gpu(name: str) -> Classified:
+    """Role of a GPU kernel / memcpy / memset name."""
+    for regex, rule in _GPU_COMPILED:
+        if regex.search(name):
+            return Classified(rule.role, rule.backend)
+    return Classified("other")
+
+
+def classify_cpu(name: str, parents: tuple[str, ...] = ()) -> Classified:
+    """Role of a CPU aten op; `parents` (innermost last) disambiguate leaves like fill_ and copy_."""
+    op = aten_name(name)
+    for parent in reversed(parents):
+        role = _CPU_PARENT_ROLE.get(aten_name(parent))
+        if role is not None and op in ("fill_", "copy_", "triu", "tril"):
+            return Classified(role)
+    for regex, rule in _CPU_COMPILED:
+        if regex.search(op):
+            return Classified(rule.role, rule.backend)
+    return Classified("other")
+
+
+def is_metadata(name: str) -> bool:
+    op = aten_name(name)
+    return op in METADATA_OPS or op.startswith("Torch-Compiled Region") or op.startswith("Pregraph")
+
+
+# Why a kernel of this role is worth a second look in a stage that is not one fused kernel.
+UNEXPECTED: dict[str, str] = {
+    "copy": "a device copy: an out-of-place op (masked_fill) duplicates the scores before writing them",
+    "mask_build": "the causal mask is rebuilt every step: build it once outside the step, or let a fused kernel "
+                  "apply causality itself",
+    "memset": "a memset the tutorial does not count (cuBLAS workspace or output zeroing)",
+}
