@@ -1,0 +1,57 @@
+"""The role table on the real kernel names the H200 printed (GPU_FACTS.md) and on CPU aten names."""
+
+import pytest
+
+from attnprof.profiling.classify import classify_cpu, classify_gpu
+
+H200_NAMES = [
+    ("Memset (Device)", "memset", None),
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT", "gemm", None),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<c10::BFloat16, c10::BFloat16, "
+     "c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, "
+     "at::native::AUnaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, "
+     "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)", "scale", None),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<bool>, std::array<char*, 1ul> >"
+     "(int, at::native::FillFunctor<bool>, std::array<char*, 1ul>)", "mask_build", None),
+    ("void at::native::triu_tril_kernel<bool, int, true, 4, true>(at::cuda::detail::TensorInfo<bool, int>, "
+     "at::cuda::detail::TensorInfo<bool const, int>, long, long, long, int)", "mask_build", None),
+    ("Memcpy DtoD (Device -> Device)", "copy", None),
+    ("void at::native::(anonymous namespace)::masked_fill_kernel(at::TensorIterator&, c10::Scalar const&)"
+     "::{lambda()#1}::operator()() const", "mask_apply", None),
+    ("void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 10, false, false>"
+     "(c10::BFloat16*, c10::BFloat16 const*, int, int, int, bool const*, int, bool)", "softmax", None),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForwardReg<c10::BFloat16, float, c10::BFloat16>",
+     "softmax", None),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0",
+     "fused_attention", "cudnn"),
+    ("fmha_cutlassF_bf16_aligned_32x128_gmem_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t, "
+     "cutlass::arch::Sm80, true, 32, 128, 512, true, true>::Params)", "fused_attention", "efficient"),
+    ("fmha_cutlassF_f32_aligned_64x128_rf_sm80", "fused_attention", "efficient"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
+     "cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, false, "
+     "false, true, true, false, false>(pytorch_flash::Flash_fwd_params)", "fused_attention", "flash"),
+    ("triton_tem_fused_flex_attention_0", "fused_attention", "flex"),
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_ffma_aligna4_alignc4_execute_"
+     "kernel__5x_cublas", "gemm", None),
+    ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::(anonymous "
+     "namespace)::where_kernel_impl(at::TensorIterator&)::{lambda()#1}", "mask_apply", None),
+]
+
+
+@pytest.mark.parametrize("name,role,backend", H200_NAMES)
+def test_real_h200_kernel_names(name, role, backend):
+    c = classify_gpu(name)
+    assert (c.role, c.backend) == (role, backend)
+
+
+@pytest.mark.parametrize("name,parents,role", [
+    ("aten::bmm", (), "gemm"),
+    ("aten::copy_", ("aten::masked_fill", "aten::clone"), "copy"),
+    ("aten::copy_", ("aten::mul", "aten::to", "aten::_to_copy"), "other"),
+    ("aten::fill_", ("aten::ones",), "mask_build"),
+    ("aten::masked_fill_", (), "mask_apply"),
+    ("aten::_safe_softmax", (), "softmax"),
+    ("aten::_scaled_dot_product_flash_attention_for_cpu", (), "fused_attention"),
+])
+def test_cpu_op_roles(name, parents, role):
+    assert classify_cpu(name, parents).role == role

@@ -1,0 +1,76 @@
+"""Every variant against the fp64 oracle, over dtypes and awkward shapes (S = 97, D = 72, GQA, Sq != Sk)."""
+
+import pytest
+import torch
+
+from attnprof.variants import VARIANTS, reference_attention
+from attnprof.workload import Workload
+
+FAST = [n for n in VARIANTS if n not in ("reference", "flex")]  # flex compiles: covered once below
+
+SHAPES = {
+    "odd": dict(batch=1, heads=2, seq=97, head_dim=72),
+    "gqa": dict(batch=2, heads=8, kv_heads=2, seq=33, head_dim=64),
+    "decode": dict(batch=2, heads=4, kv_heads=2, seq=1, kv_seq=61, head_dim=64),
+    "prefill-chunk": dict(batch=1, heads=2, seq=17, kv_seq=40, head_dim=32),
+    "pad-right": dict(batch=4, heads=2, seq=24, head_dim=32, mask="pad-right"),
+    "strided": dict(batch=1, heads=3, seq=31, head_dim=40, transposed=True),
+}
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref).norm() / ref.norm())
+
+
+def plain_pytorch_err(inputs, ref) -> float:
+    """The error budget's baseline: the tutorial's in-place eager attention in the same dtype."""
+    return rel_err(VARIANTS["inplace"](inputs), ref)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("name", FAST)
+def test_variant_matches_fp64_reference(name, shape, dtype):
+    w = Workload(dtype=dtype, **SHAPES[shape])
+    variant = VARIANTS[name]
+    support = variant.supports(w)
+    if not support.ok:
+        assert support.reason  # a rejection always says why
+        pytest.skip(support.reason)
+    inputs = w.make_inputs(seed=11)
+    ref = reference_attention(inputs)
+    out = variant(inputs)
+    assert out.shape == inputs.q.shape and out.dtype == inputs.q.dtype
+    assert torch.isfinite(out).all()
+    floor = {"fp32": 1e-6, "bf16": 1e-2}[dtype]
+    assert rel_err(out, ref) <= max(2 * plain_pytorch_err(inputs, ref), floor)
+
+
+def test_flex_matches_reference_with_gqa_and_offset_causal():
+    w = Workload(batch=1, heads=4, kv_heads=2, seq=16, kv_seq=48, head_dim=32)
+    inputs = w.make_inputs(seed=2)
+    assert rel_err(VARIANTS["flex"](inputs), reference_attention(inputs)) < 1e-5
+
+
+def test_reference_puts_zeros_in_rows_that_see_no_key():
+    inputs = Workload(batch=2, heads=1, seq=8, head_dim=8, mask="pad-left").make_inputs()
+    ref = reference_attention(inputs)
+    dead = ~inputs.valid.any(-1)  # [B, 1, Sq]
+    assert dead.any()
+    assert torch.all(ref.permute(0, 2, 1, 3)[dead.squeeze(1)] == 0)
+
+
+def test_a_broken_variant_is_caught_by_the_same_check():
+    w = Workload(batch=1, heads=2, seq=33, head_dim=32)
+    inputs = w.make_inputs()
+    ref = reference_attention(inputs)
+    broken = torch.nn.functional.scaled_dot_product_attention(inputs.q, inputs.k, inputs.v, is_causal=True,
+                                                              scale=inputs.scale * 1.01)
+    assert rel_err(broken, ref) > 2 * plain_pytorch_err(inputs, ref)
+
+
+def test_pinned_backends_without_a_cpu_kernel_are_rejected_with_reason():
+    w = Workload(device="cpu")
+    for name in ("sdpa-efficient", "sdpa-cudnn"):
+        support = VARIANTS[name].supports(w)
+        assert not support.ok and "CPU" in support.reason
