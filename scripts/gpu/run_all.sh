@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One device call: install carried wheels, run the named evidence scripts, pack $OUT into one tarball.
+# Usage on the device: bash scripts/gpu/run_all.sh stages audit verify ...   (names of scripts/gpu/<name>.sh)
+set -u
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+real_out="$OUT"; export OUT=/tmp/evidence; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,utilization.gpu,memory.used --format=csv > "$OUT/gpu.txt" 2>&1
+for name in "$@"; do
+  start=$(date +%s)
+  echo "=== $name"
+  timeout "${EACH_TIMEOUT:-300}" bash "scripts/gpu/$name.sh" 2>&1 | tee "$OUT/$name.log" | tail -"${TAIL:-25}"
+  echo "=== $name done in $(( $(date +%s) - start ))s"
+done
+tar czf "$real_out/evidence.tgz" -C "$OUT" .
+ls -la "$real_out"
