@@ -1,24 +1,262 @@
-"""Stage four: a fused kernel loaded through Hugging Face's `kernels` library.
+"""Stage four: a fused attention kernel loaded through Hugging Face's `kernels` library, and nothing else.
 
-Filled by the stage-four work (our Triton kernel repo in `kernels/flash-triton/` and Hub kernels). Until a kernel
-module can be loaded, the variant is rejected with the reason: nothing else runs in its place.
+By default the `kernel` variant is our own Triton kernel repo, `kernels/flash-triton/` in this checkout, loaded
+with `kernels.get_local_kernel`. `--kernel org/repo@version` loads a Hub kernel with `kernels.get_kernel`
+instead (any kernel with flash-attn's `flash_attn_func(q, k, v, softmax_scale=…, causal=…)` in `[B, S, H, D]`),
+but only when the user also passes `--trust-remote-kernel`: Hub kernels are code, and we never run them
+silently. `--kernel PATH` loads another kernel repo on disk; `LOCAL_KERNELS=org/repo=PATH` works as the
+`kernels` library defines it (it maps a Hub name to a folder). Whatever cannot be loaded (no build variant for
+this system, a broken `metadata.json`, a Hub kernel not in the cache while offline) is a `Rejected` with the
+reason and, where it helps, the command that would fix it.
+
+Layout: the registry speaks `[B, H, S, D]`; flash-attn kernels take `[B, S, H, D]`, so this file transposes on
+the way in and out (see `kernel_attention`).
 """
 
 from __future__ import annotations
 
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
 import torch
 
-from attnprof.variants.base import Rejected, Support, Variant
+from attnprof.errors import UsageError
+from attnprof.variants.base import Accepted, Rejected, Support, Variant
 from attnprof.workload import Inputs, Workload
+
+DEFAULT_REPO = Path(__file__).resolve().parents[3] / "kernels" / "flash-triton"
+_HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<ref>[\w./-]+))?$")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Where the `kernel` variant's module comes from: a kernel repo on disk, or a Hub repo at a version."""
+
+    path: Path | None = None
+    repo_id: str | None = None
+    version: int | None = None
+    revision: str | None = None
+    trust_remote: bool = False
+
+    def label(self) -> str:
+        if self.path is not None:
+            return str(self.path)
+        ref = f"v{self.version}" if self.version is not None else self.revision
+        return f"{self.repo_id}@{ref}"
+
+    def fetch_command(self) -> str:
+        ref = f"version={self.version}" if self.version is not None else f"revision={self.revision!r}"
+        return (f"python -c \"import kernels; kernels.get_kernel({self.repo_id!r}, {ref}, "
+                f"trust_remote_code=True)\" (with network, HF_HUB_OFFLINE unset)")
+
+
+def parse_spec(spec: str | None, trust_remote: bool = False) -> KernelSpec:
+    """`None` → our repo; an existing folder → that repo; `org/repo@1` or `org/repo@<revision>` → the Hub."""
+    if spec is None or spec in ("", "default"):
+        return KernelSpec(path=DEFAULT_REPO, trust_remote=trust_remote)
+    if Path(spec).expanduser().exists():
+        return KernelSpec(path=Path(spec).expanduser().resolve(), trust_remote=trust_remote)
+    m = _HUB_SPEC.match(spec)
+    if not m:
+        raise UsageError(f"--kernel {spec!r}: neither an existing kernel repo folder nor org/repo@version")
+    if m["ref"] is None:
+        raise UsageError(f"--kernel {spec!r}: name a version or revision, e.g. {spec}@1 (kernels needs one)")
+    ref = m["ref"]
+    if ref.isdigit():
+        return KernelSpec(repo_id=m["repo"], version=int(ref), trust_remote=trust_remote)
+    return KernelSpec(repo_id=m["repo"], revision=ref, trust_remote=trust_remote)
+
+
+_current = parse_spec(None)
+_loaded: dict[KernelSpec, ModuleType | Rejected] = {}
+
+
+def configure(spec: str | None, trust_remote: bool = False) -> KernelSpec:
+    """Point the `kernel` variant at `spec` (the `--kernel` value); bad syntax is a UsageError."""
+    global _current
+    _current = parse_spec(spec, trust_remote)
+    return _current
+
+
+def current() -> KernelSpec:
+    return _current
+
+
+def add_kernel_args(parser) -> None:
+    """`--kernel` and `--trust-remote-kernel`, for every command that runs variants."""
+    parser.add_argument("--kernel", default=None, metavar="PATH|ORG/REPO@VERSION",
+                        help="kernel repo for the `kernel` variant (default: kernels/flash-triton in this checkout)")
+    parser.add_argument("--trust-remote-kernel", action="store_true",
+                        help="allow --kernel to load code from the Hugging Face Hub")
+
+
+def metadata_problem(repo: Path) -> str | None:
+    """None when every build variant's metadata.json parses, else one line naming the file and the problem."""
+    from kernels import Metadata
+
+    if not repo.is_dir():
+        return f"kernel repo {repo} does not exist"
+    build = repo / "build"
+    variants = sorted(p for p in build.iterdir() if p.is_dir()) if build.is_dir() else []
+    if not variants and not (repo / "metadata.json").exists():
+        return f"kernel repo {repo} has no build/<variant>/ folder (and no metadata.json of its own)"
+    for folder in variants or [repo]:
+        meta = folder / "metadata.json"
+        if not meta.is_file():
+            return f"{meta} is missing (every build variant needs one)"
+        try:
+            Metadata.read_from_file(meta)
+        except ValueError as e:
+            return f"{meta} is malformed: {str(e).splitlines()[0]}"
+    return None
+
+
+def load(spec: KernelSpec | None = None) -> ModuleType | Rejected:
+    """The kernel module for `spec` (default: the configured one), loaded once, or why it cannot be loaded."""
+    spec = spec or _current
+    if spec not in _loaded:
+        _loaded[spec] = _load(spec)
+    return _loaded[spec]
+
+
+def _load(spec: KernelSpec) -> ModuleType | Rejected:
+    try:
+        import kernels
+    except ImportError:
+        return Rejected("kernel: the `kernels` library is not installed (pip install 'kernels>=0.17')")
+    if spec.path is not None:
+        problem = metadata_problem(spec.path)
+        if problem:
+            return Rejected(f"kernel: {problem}")
+        try:
+            module = kernels.get_local_kernel(spec.path)
+        except (FileNotFoundError, ValueError, RuntimeError, ImportError) as e:
+            return Rejected(f"kernel: {spec.label()}: {_one_line(e)}")
+    else:
+        if not spec.trust_remote and spec.repo_id not in _local_overrides():
+            return Rejected(f"kernel: {spec.label()} is code from the Hugging Face Hub; pass --trust-remote-kernel "
+                            "to allow loading it")
+        try:
+            module = kernels.get_kernel(spec.repo_id, version=spec.version, revision=spec.revision,
+                                        trust_remote_code=True)
+        except Exception as e:  # network, cache and resolution errors come from several libraries; all refuse
+            offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
+            where = "not in the local Hugging Face cache and the Hub is offline" if offline else "could not be loaded"
+            return Rejected(f"kernel: {spec.label()} {where} ({type(e).__name__}: {_one_line(e)}); "
+                            f"fetch it with: {spec.fetch_command()}")
+    if not callable(getattr(module, "flash_attn_func", None)):
+        return Rejected(f"kernel: {spec.label()} has no flash_attn_func(q, k, v, softmax_scale=…, causal=…)")
+    return module
+
+
+def _local_overrides() -> set[str]:
+    """Repo ids that `LOCAL_KERNELS` (repo=path:repo=path) maps to folders: local code, no trust needed."""
+    entries = os.environ.get("LOCAL_KERNELS", "")
+    return {entry.split("=", 1)[0] for entry in entries.split(":") if "=" in entry}
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return "; ".join(lines[:4]) or type(e).__name__
 
 
 def supports(workload: Workload) -> Support:
-    return Rejected("kernel: no kernel repo is wired in yet (stage four is not built)")
+    if workload.mask != "none":
+        return Rejected(f"kernel: flash_attn_func takes no attention mask (mask={workload.mask}); "
+                        "padding needs a varlen or masked kernel (try sdpa or flex)")
+    if workload.dtype not in ("fp16", "bf16"):
+        return Rejected(f"kernel: flash-attn kernels take fp16 or bf16, not {workload.dtype}")
+    on_cpu = not workload.device.startswith("cuda")
+    if on_cpu and os.environ.get("TRITON_INTERPRET") != "1":
+        return Rejected("kernel: no CUDA device here and Triton's interpreter is off; set TRITON_INTERPRET=1 "
+                        "to run the Triton kernel on the CPU (slow; for tests)")
+    module = load()
+    if isinstance(module, Rejected):
+        return module
+    if on_cpu and not getattr(module, "INTERPRETED", False):
+        return Rejected("kernel: this kernel module was loaded without Triton's interpreter and cannot run on "
+                        "the CPU (TRITON_INTERPRET=1 must be set before the kernel is loaded)")
+    head_dims = getattr(module, "SUPPORTED_HEAD_DIMS", None)
+    if head_dims is not None and workload.head_dim not in head_dims:
+        return Rejected(f"kernel: head dim {workload.head_dim} is not supported by {_current.label()} "
+                        f"(supported: {', '.join(map(str, head_dims))})")
+    note = "" if head_dims is not None else "head-dim and dtype limits are the kernel's own"
+    return Accepted(note)
 
 
 def kernel_attention(inputs: Inputs) -> torch.Tensor:
-    raise RuntimeError("kernel variant called although supports() rejected it")
+    """`[B, H, S, D]` in and out; the kernel itself sees `[B, S, H, D]`."""
+    module = load()
+    if isinstance(module, Rejected):
+        raise RuntimeError(module.reason)
+    if inputs.attn_mask is not None:
+        raise ValueError("kernel: flash_attn_func takes no attention mask")
+    # [B, H, S, D] -> [B, S, H, D], flash-attn's layout. Free when the workload was made as [B, S, H, D]
+    # (`transposed`); otherwise `.contiguous()` copies, and those copies show up in the profile as the layout cost.
+    q, k, v = (t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))
+    out = module.flash_attn_func(q, k, v, softmax_scale=inputs.scale, causal=inputs.causal)
+    if isinstance(out, tuple):  # some builds return (out, softmax_lse, ...)
+        out = out[0]
+    return out.transpose(1, 2)  # [B, S, H, D] -> [B, H, S, D] (a view)
 
 
 KERNEL = Variant(name="kernel", fn=kernel_attention, supports=supports, family="kernel",
-                 description="a fused kernel loaded through the `kernels` library")
+                 description="a fused kernel loaded through the `kernels` library (default: our Triton flash-triton)")
+
+
+def transformers_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
+                           scaling: float | None = None, is_causal: bool | None = None, **kwargs):
+    """An `AttentionInterface` function: query `[B, Hq, Sq, D]`, key/value `[B, Hkv, Sk, D]` → `[B, Sq, Hq, D]`."""
+    kernel = load()
+    if isinstance(kernel, Rejected):
+        raise RuntimeError(kernel.reason)
+    if attention_mask is not None:
+        raise ValueError("kernel attention: this batch has padding (a 2-D mask); flash_attn_func takes no mask. "
+                         "Use unpadded batches or attn_implementation='sdpa'")
+    for unsupported in ("sliding_window", "softcap", "s_aux"):
+        if kwargs.get(unsupported) is not None:
+            raise ValueError(f"kernel attention: {unsupported} is not supported by flash_attn_func")
+    if dropout and module.training:
+        raise ValueError("kernel attention: dropout is not supported (forward-only inference kernel)")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    # [B, H, S, D] -> [B, S, H, D] for the kernel; its output is already the [B, S, H, D] transformers expects
+    q, k, v = (t.transpose(1, 2).contiguous() for t in (query, key, value))
+    out = kernel.flash_attn_func(q, k, v, softmax_scale=scaling, causal=bool(causal))
+    if isinstance(out, tuple):
+        out = out[0]
+    return out, None
+
+
+def register_transformers_attention(spec: KernelSpec | None = None) -> str | Rejected:
+    """Register the kernel with transformers' AttentionInterface (and its mask function); return the name to pass
+    as `attn_implementation`, or why it cannot be registered. Padding-free batches only, as flash_attention_2."""
+    if spec is not None and spec != _current:
+        configure_spec(spec)
+    module = load()
+    if isinstance(module, Rejected):
+        return module
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+    name = "kernel_" + _kernel_name(module)
+    AttentionInterface.register(name, transformers_attention)
+    # flash-attn's mask rule: None for unpadded batches, the 2-D padding mask otherwise (which we then refuse)
+    AttentionMaskInterface.register(name, flash_attention_mask)
+    return name
+
+
+def configure_spec(spec: KernelSpec) -> None:
+    global _current
+    _current = spec
+
+
+def _kernel_name(module: ModuleType) -> str:
+    from kernels import get_loaded_kernels
+
+    for loaded in get_loaded_kernels():
+        if loaded.module is module:
+            return loaded.metadata.name.python_name
+    return "hub"

@@ -1,0 +1,140 @@
+"""flash-triton: a FlashAttention-2-style fused attention forward written in Triton.
+
+Entry point, as in flash-attn: `flash_attn_func(q, k, v, softmax_scale=None, causal=False) -> out`, with q
+`[B, Sq, Hq, D]`, k and v `[B, Sk, Hkv, D]` (Hq a multiple of Hkv: GQA), out `[B, Sq, Hq, D]` in q's dtype.
+Causal is bottom-right aligned (query i sees keys j <= i + Sk - Sq); rows that see no key come out as zeros.
+
+Every input is checked before launch and refused with a ValueError that says why: fp16/bf16 only, head dim 64
+or 128, contiguous tensors, consistent shapes, one device. On the CPU the kernel runs only under Triton's
+interpreter, which must be on (TRITON_INTERPRET=1) when this module is loaded, because `@triton.jit` decides
+then whether it compiles or interprets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ._kernel import attention_fwd
+
+__all__ = ["flash_attn_func", "attention", "Config", "default_config", "check_inputs", "SUPPORTED_HEAD_DIMS",
+           "SUPPORTED_DTYPES", "INTERPRETED"]
+
+SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+# Whether this module's kernel was built for Triton's CPU interpreter (fixed when the module was loaded).
+INTERPRETED = not isinstance(attention_fwd, triton.runtime.jit.JITFunction)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Launch shape of one kernel: tile sizes, warps, software-pipelining depth, TMA loads or pointers."""
+
+    block_m: int = 64
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+    use_tma: bool = True
+
+    def label(self) -> str:
+        return f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
+
+
+# Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+.
+_TUNED = {
+    64: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
+    128: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
+}
+
+
+def default_config(head_dim: int, device: torch.device) -> Config:
+    """The tuned config for this head dim; pointer loads where TMA is unavailable (pre-Hopper, interpreter)."""
+    cfg = _TUNED[head_dim]
+    tma_ok = (device.type == "cuda" and not INTERPRETED and torch.cuda.get_device_capability(device)[0] >= 9)
+    if cfg.use_tma and not tma_ok:
+        cfg = Config(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, use_tma=False)
+    return cfg
+
+
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """None when the kernel can take these tensors, else the reason it refuses them."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            return f"{name} is a {type(t).__name__}, not a torch.Tensor"
+        if t.dim() != 4:
+            return f"{name} must be 4-D [B, S, H, D], got shape {tuple(t.shape)}"
+        if t.dtype not in SUPPORTED_DTYPES:
+            return f"{name} has dtype {t.dtype}; flash-triton supports float16 and bfloat16 only"
+        if not t.is_contiguous():
+            return (f"{name} is not contiguous (strides {t.stride()} for shape {tuple(t.shape)}); "
+                    "pass a contiguous [B, S, H, D] tensor, e.g. x.contiguous()")
+    if not (q.dtype == k.dtype == v.dtype):
+        return f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+    if not (q.device == k.device == v.device):
+        return f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}"
+    b, sq, hq, d = q.shape
+    if k.shape != v.shape:
+        return f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}"
+    bk, sk, hkv, dk = k.shape
+    if bk != b:
+        return f"batch of q ({b}) and k/v ({bk}) differ"
+    if dk != d:
+        return f"head dim of q ({d}) and k/v ({dk}) differ"
+    if d not in SUPPORTED_HEAD_DIMS:
+        return (f"head dim {d} is not supported; flash-triton is built and tuned for head dims "
+                f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))} (tile shapes and shared memory are sized for them)")
+    if hkv == 0 or hq % hkv:
+        return f"query heads ({hq}) must be a multiple of kv heads ({hkv}) for GQA"
+    if q.device.type == "cpu" and not INTERPRETED:
+        return ("CPU tensors need Triton's interpreter, and it was off when this kernel was loaded: "
+                "set TRITON_INTERPRET=1 before loading the kernel")
+    if q.device.type not in ("cpu", "cuda"):
+        return f"device {q.device} is not supported (CUDA, or the CPU through Triton's interpreter)"
+    return None
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
+              causal: bool = False, *, config: Config | None = None) -> torch.Tensor:
+    """`flash_attn_func` with an explicit launch `config` (for tuning). `[B, S, H, D]` in and out."""
+    reason = check_inputs(q, k, v)
+    if reason is not None:
+        raise ValueError(f"flash-triton: {reason}")
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    out = torch.empty_like(q)
+    if out.numel() == 0:
+        return out
+    if sk == 0:
+        return out.zero_()
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    cfg = config or default_config(d, q.device)
+    if cfg.use_tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        # 2-D views [B*S, H*D]: a tile is BLOCK rows of one head's D columns
+        desc_q = TensorDescriptor(q, [b * sq, hq * d], [hq * d, 1], [cfg.block_m, d])
+        desc_k = TensorDescriptor(k, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d])
+        desc_v = TensorDescriptor(v, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d])
+    else:
+        desc_q = desc_k = desc_v = None
+    grid = (triton.cdiv(sq, cfg.block_m), b * hq)
+    attention_fwd[grid](
+        q, k, v, out, desc_q, desc_k, desc_v, scale * math.log2(math.e),
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        hq, hq // hkv, sq, sk,
+        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return out
+
+
+def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
+                    causal: bool = False) -> torch.Tensor:
+    """Fused attention forward. q `[B, Sq, Hq, D]`, k/v `[B, Sk, Hkv, D]` -> out `[B, Sq, Hq, D]`."""
+    return attention(q, k, v, softmax_scale, causal)

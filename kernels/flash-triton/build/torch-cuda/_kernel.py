@@ -1,0 +1,134 @@
+"""The Triton program: a FlashAttention-2-style forward over `[B, S, H, D]` tensors.
+
+One program computes a `[BLOCK_M, D]` tile of the output for one (batch, query head): the Q tile stays in
+registers while K/V tiles stream past it, with an online softmax (running max `m_i`, running sum `l_i`) so the
+`[Sq, Sk]` score matrix never exists in memory.
+
+The key range of a Q tile is split in two loops, as in the Triton tutorial:
+  1. blocks every row of the tile sees entirely (no mask, no bounds check: the fast path);
+  2. the blocks across the causal diagonal and the ragged end of Sk (mask applied).
+Causal is bottom-right aligned: query i sees key j when j <= i + (Sk - Sq). A row that sees no key (Sq > Sk)
+keeps m_i = -inf and l_i = 0 and is written as zeros. The softmax runs in base 2 with log2(e) folded into the
+scale (one FMA + exp2 per score). Causal programs are launched heaviest-first (the tiles at the bottom of the
+triangle) so the short tiles fill the tail of the grid.
+
+Loads use TMA descriptors over the 2-D view `[B*S, H*D]` when `USE_TMA` (Hopper+), plain pointers otherwise.
+A TMA tile that runs past the end of one sequence reads the next batch's first rows: those keys are masked to
+-inf (probability exactly 0) and those queries are never stored, so they cannot change the result for finite
+inputs. The output is always stored with a row mask.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _load_kv(desc, base, row0, col, start_n, stride_s, limit,
+             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BOUNDED: tl.constexpr, USE_TMA: tl.constexpr):
+    """A `[BLOCK_N, D]` tile of K or V starting at key `start_n`."""
+    if USE_TMA:
+        tile = desc.load([row0 + start_n, col])
+    else:
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        ptrs = base + offs_n[:, None] * stride_s + tl.arange(0, HEAD_DIM)[None, :]
+        if BOUNDED:
+            tile = tl.load(ptrs, mask=offs_n[:, None] < limit, other=0.0)
+        else:
+            tile = tl.load(ptrs)
+    return tile
+
+
+@triton.jit
+def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, stride_ks, stride_vs,
+            lo, hi, offs_m, diag, SK, qk_scale,
+            BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+            USE_TMA: tl.constexpr):
+    """Fold the key blocks [lo, hi) into (acc, l_i, m_i). `MASKED` applies the causal and Sk bounds."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = _load_kv(desc_k, k_base, kv_row0, kv_col, start_n, stride_ks, SK, BLOCK_N, HEAD_DIM, MASKED, USE_TMA)
+        qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) fp32
+        if MASKED:
+            cols = start_n + offs_n
+            keep = cols[None, :] < SK
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
+            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            # A row with nothing visible yet keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(qk - m_use[:, None])
+            alpha = tl.math.exp2(m_i - m_use)
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_use = m_new
+            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = _load_kv(desc_v, v_base, kv_row0, kv_col, start_n, stride_vs, SK, BLOCK_N, HEAD_DIM, MASKED, USE_TMA)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
+                  stride_qb, stride_qs, stride_qh,
+                  stride_kb, stride_ks, stride_kh,
+                  stride_vb, stride_vs, stride_vh,
+                  stride_ob, stride_os, stride_oh,
+                  H, GROUPS, SQ, SK,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  CAUSAL: tl.constexpr, USE_TMA: tl.constexpr):
+    """grid = (cdiv(Sq, BLOCK_M), B * H). Tensors `[B, S, H, D]`, last dim contiguous."""
+    if CAUSAL:
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest tiles first
+    else:
+        start_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    b = off_bh // H
+    h = off_bh % H
+    hk = h // GROUPS  # GQA: query head h reads kv head h // (Hq / Hkv)
+    m0 = start_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+
+    k_base = K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
+    kv_row0 = b * SK
+    kv_col = hk * HEAD_DIM
+    if USE_TMA:
+        q = desc_q.load([b * SQ + m0, h * HEAD_DIM])
+    else:
+        q_ptrs = (Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+                  + offs_m[:, None] * stride_qs + offs_d[None, :])
+        q = tl.load(q_ptrs, mask=offs_m[:, None] < SQ, other=0.0)
+
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    diag = SK - SQ  # bottom-right alignment: row i sees keys j <= i + diag
+    if CAUSAL:
+        # keys [0, full) are visible to every row of this tile; [full, end) cross the diagonal
+        full = tl.minimum(tl.maximum(m0 + diag + 1, 0), SK) // BLOCK_N * BLOCK_N
+        end = tl.minimum(tl.maximum(m0 + BLOCK_M + diag, 0), SK)
+    else:
+        full = SK // BLOCK_N * BLOCK_N
+        end = SK
+    acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
+                            stride_ks, stride_vs, 0, full, offs_m, diag, SK, qk_scale,
+                            BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA)
+    acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
+                            stride_ks, stride_vs, full, end, offs_m, diag, SK, qk_scale,
+                            BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA)
+
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: acc is 0, output 0
+    out = acc / l_safe[:, None]
+    o_ptrs = (O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+              + offs_m[:, None] * stride_os + offs_d[None, :])
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < SQ)

@@ -1,0 +1,163 @@
+"""Check flash-triton on a GPU against the fp64 oracle, then time launch configs (the data behind TUNING.md).
+
+Run from the repository root on the GPU machine:
+    PYTHONPATH=src python3 kernels/flash-triton/tune.py --out "$OUT/kernel-tune" [--budget-s 300]
+Loads the kernel only through `kernels.get_local_kernel`. Correctness: for each case, the kernel's error against
+`reference_attention` (fp64) must be at most twice the error of plain eager attention in the same dtype
+(norm-relative). Timing: `triton.testing.do_bench` median, TFLOP/s = 4·B·H·S²·D / 2 (causal), beside SDPA auto
+and the measured bf16 8192³ matmul ceiling. Writes tune.json and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+from attnprof.variants.naive import naive_attention
+from attnprof.variants.reference import reference_attention
+from attnprof.workload import Workload
+
+REPO = Path(__file__).resolve().parent
+
+CASES = [  # (B, Hq, Hkv, Sq, Sk, D, dtype, causal)
+    (2, 8, 8, 1024, 1024, 128, "bf16", True),
+    (2, 8, 8, 1024, 1024, 64, "fp16", True),
+    (2, 8, 2, 1000, 1000, 128, "bf16", False),
+    (3, 4, 4, 1025, 1025, 64, "bf16", True),
+    (2, 4, 1, 97, 300, 128, "fp16", True),
+    (2, 4, 4, 300, 97, 64, "bf16", True),
+    (1, 4, 4, 1, 777, 128, "bf16", True),
+    (2, 16, 16, 4096, 4096, 128, "bf16", True),
+]
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out = out.double().nan_to_num(nan=float("inf"))
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def check(mod, configs) -> list[dict]:
+    rows = []
+    for b, hq, hkv, sq, sk, d, dtype, causal in CASES:
+        w = Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype=dtype, causal=causal,
+                     device="cuda")
+        inp = w.make_inputs(seed=sq + sk)
+        ref = reference_attention(inp)
+        seen = ref.new_ones(())  # rows that see at least one key (eager gives NaN for the others)
+        if inp.valid is not None:
+            seen = inp.valid.any(-1, keepdim=True)  # (B, 1, Sq, 1)
+        eager = naive_attention(inp).double().masked_fill(~seen, 0.0) if causal else naive_attention(inp)
+        base = rel_err(eager, ref)
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (inp.q, inp.k, inp.v))  # [B,H,S,D] -> [B,S,H,D]
+        for cfg in configs.get(d, [None]):
+            out = mod.attention(q, k, v, inp.scale, causal, config=cfg).transpose(1, 2)  # -> [B, H, S, D]
+            torch.cuda.synchronize()
+            err = rel_err(out, ref)
+            rows.append({"case": w.label(), "config": cfg.label() if cfg else "default", "err": err,
+                         "eager_err": base, "ok": err <= 2 * base})
+    return rows
+
+
+def matmul_ceiling() -> float:
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    bm = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    ms = triton.testing.do_bench(lambda: a @ bm, warmup=50, rep=200, return_mode="median")
+    return 2 * 8192**3 / ms / 1e9
+
+
+def tflops(b, h, s, d, ms, causal=True) -> float:
+    return 4 * b * h * s * s * d / (2 if causal else 1) / ms / 1e9
+
+
+def candidates(mod, d: int) -> list:
+    out = [mod.Config(128, bn, w, s, True) for bn in (64, 128) for w in (4, 8) for s in (2, 3, 4)]
+    out += [mod.Config(128, 64, w, 3, False) for w in (4, 8)]
+    out += [mod.Config(64, 64, 4, s, True) for s in (3, 4)]
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--budget-s", type=float, default=300.0)
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    from kernels import get_local_kernel
+
+    mod = get_local_kernel(REPO)
+    print(f"loaded {mod.__name__} from {REPO} | {torch.cuda.get_device_name()} | triton {triton.__version__}",
+          flush=True)
+    shapes = [(16, 1024), (4, 4096), (1, 16384)]
+    heads = 16
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "argv": sys.argv}
+    result["check_default"] = check(mod, {})
+    print("check default:", sum(r["ok"] for r in result["check_default"]), "/", len(result["check_default"]),
+          flush=True)
+    for r in result["check_default"]:
+        if not r["ok"]:
+            print("  FAIL", r, flush=True)
+    result["matmul_tflops"] = ceiling = matmul_ceiling()
+    print(f"matmul bf16 8192^3: {ceiling:.0f} TF/s", flush=True)
+    timings = []
+    for d in (128, 64):
+        for b, s in shapes:
+            q, k, v = (torch.randn(b, s, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+            ms = triton.testing.do_bench(
+                lambda: torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=True),
+                warmup=10, rep=40, return_mode="median")
+            timings.append({"d": d, "b": b, "s": s, "impl": "sdpa-auto", "ms": ms, "tflops": tflops(b, heads, s, d, ms)})
+            for cfg in candidates(mod, d):
+                if time.time() - t0 > args.budget_s:
+                    timings.append({"d": d, "b": b, "s": s, "impl": cfg.label(), "error": "skipped: budget"})
+                    continue
+                try:
+                    fn = lambda: mod.attention(q, k, v, None, True, config=cfg)  # noqa: E731
+                    ms = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+                    timings.append({"d": d, "b": b, "s": s, "impl": cfg.label(), "ms": ms,
+                                    "tflops": tflops(b, heads, s, d, ms)})
+                except Exception as e:  # a config that does not fit (shared memory, registers) is data here
+                    timings.append({"d": d, "b": b, "s": s, "impl": cfg.label(),
+                                    "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"})
+            print(f"d={d} b={b} s={s} done at {time.time() - t0:.0f}s", flush=True)
+    result["timings"] = timings
+    # correctness of the fastest config per head dim, on the full case list
+    best = {}
+    for t in timings:
+        if "tflops" in t and t["impl"] != "sdpa-auto" and t["s"] >= 4096:
+            best.setdefault((t["d"], t["impl"]), []).append(t["tflops"])
+    winners = {}
+    for d in (128, 64):
+        scored = [(sum(v) / len(v), impl) for (dd, impl), v in best.items() if dd == d]
+        if scored:
+            winners[d] = max(scored)[1]
+    result["winners"] = winners
+    cfg_of = {c.label(): c for d in (128, 64) for c in candidates(mod, d)}
+    result["check_winners"] = check(mod, {d: [cfg_of[w]] for d, w in winners.items()})
+    (args.out / "tune.json").write_text(json.dumps(result, indent=1))
+
+    print(f"\n{'d':>4} {'B':>3} {'S':>6} {'impl':<24} {'ms':>8} {'TF/s':>6} {'/sdpa':>6} {'/mm':>5}")
+    sdpa = {(t["d"], t["s"]): t["tflops"] for t in timings if t["impl"] == "sdpa-auto"}
+    for t in timings:
+        if "tflops" not in t:
+            print(f"{t['d']:>4} {t['b']:>3} {t['s']:>6} {t['impl']:<24} {t['error'][:60]}")
+            continue
+        print(f"{t['d']:>4} {t['b']:>3} {t['s']:>6} {t['impl']:<24} {t['ms']:8.3f} {t['tflops']:6.0f} "
+              f"{t['tflops'] / sdpa[(t['d'], t['s'])]:6.2f} {t['tflops'] / ceiling:5.2f}")
+    print("winners:", winners)
+    bad = [r for r in result["check_default"] + result["check_winners"] if not r["ok"]]
+    print(f"checks: {len(bad)} failed" + "".join(f"\n  {r}" for r in bad))
+    print(f"total {time.time() - t0:.0f}s")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
