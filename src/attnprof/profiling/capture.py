@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,6 +30,14 @@ def capture(step_fn: Callable[[], object], trace_path: Path, *, device: str, ste
     if cuda:
         torch.cuda.synchronize(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with warnings.catch_warnings():
+        # torch warns that events are cleared between profiler cycles; we export each trace before the next one.
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+        _profile_steps(step_fn, trace_path, activities, steps=steps, cuda=cuda, device=device)
+    return Path(trace_path)
+
+
+def _profile_steps(step_fn, trace_path, activities, *, steps: int, cuda: bool, device: str) -> None:
     with _without_kineto_chatter(), profile(activities=activities, profile_memory=True, record_shapes=False) as prof:
         for i in range(steps):
             with record_function(f"{STEP_PREFIX}{i}"):
@@ -40,7 +49,6 @@ def capture(step_fn: Callable[[], object], trace_path: Path, *, device: str, ste
     tmp = trace_path.with_name(trace_path.name + ".part")
     prof.export_chrome_trace(str(tmp))
     tmp.replace(trace_path)
-    return trace_path
 
 
 _CHATTER = re.compile(r"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\]")

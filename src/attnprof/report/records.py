@@ -38,12 +38,14 @@ def _git_sha() -> str | None:
     return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
-def _version(module: str) -> str | None:
+def _version(distribution: str) -> str | None:
+    """Installed version from package metadata: no import (importing transformers alone costs seconds)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        mod = __import__(module)
-    except ImportError:
+        return version(distribution)
+    except PackageNotFoundError:
         return None
-    return getattr(mod, "__version__", None)
 
 
 def device_name(device: str) -> str:
