@@ -8,6 +8,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+# .git does not travel to the device: the caller writes the commit here (scripts/gpu/.sha, git-ignored).
+[ -f scripts/gpu/.sha ] && export ATTNPROF_GIT_SHA=$(cat scripts/gpu/.sha)
 real_out="$OUT"; export OUT=/tmp/evidence; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,utilization.gpu,memory.used --format=csv > "$OUT/gpu.txt" 2>&1
 for name in "$@"; do

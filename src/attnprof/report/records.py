@@ -25,6 +25,9 @@ from attnprof.errors import UsageError
 
 @functools.cache
 def _git_sha() -> str | None:
+    """The checkout's commit (`-dirty` with uncommitted changes), or ATTNPROF_GIT_SHA where there is no .git."""
+    if os.environ.get("ATTNPROF_GIT_SHA"):
+        return os.environ["ATTNPROF_GIT_SHA"]
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here, capture_output=True, text=True,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from attnprof.report.render import fmt, md_table, out
+from attnprof.report.render import fmt, md_escape, md_table, out
 from attnprof.stages import StageResult, deltas
 
 HEADERS = ["stage", "status", "kernels/step", "GPU ms/step", "latency ms p50 (p20–p80)", "CPU ms/step", "TFLOP/s",
@@ -65,7 +65,7 @@ def markdown(results: list[StageResult], workload_label: str, note: str, command
             continue
         parts += [f"## {r.variant}", "", md_table(["per step", "role", "µs/step", "name"],
                                                   [list(x) for x in kernel_lines(r, width=200)]), ""]
-        parts += [f"- ⚠ {line}" for line in r.unexpected]
+        parts += [f"- ⚠ {md_escape(line)}" for line in r.unexpected]
         parts += [f"- trace: `{r.trace}` (open in https://ui.perfetto.dev or chrome://tracing)", ""]
-    parts += ["## Stage to stage", ""] + [f"- {line}" for line in deltas(results)] + [""]
+    parts += ["## Stage to stage", ""] + [f"- {md_escape(line)}" for line in deltas(results)] + [""]
     return "\n".join(parts)
