@@ -1,14 +1,25 @@
-"""The dispatch watcher: which SDPA backend each call really took, with no profiler.
+"""The dispatch watcher: which attention backend each call really took, with no profiler.
 
 Inside `watch()`, every `F.scaled_dot_product_attention` call (from any module, however it was imported) is seen
 by a `TorchFunctionMode`; while it runs, a `TorchDispatchMode` records the aten operators it reaches. The backend
 is read from what executed — `aten::_scaled_dot_product_cudnn_attention` is cuDNN, a call that reached no fused
 operator ran the math path — never from a table of expected cases.
+
+Each record also carries the call's envelope (shapes `[B, H, S, D]`, dtypes, GQA, mask kind and dtype, causal flag,
+dropout, strides and contiguity, device) and its call site: the module path (`model.layers.3.self_attn`) read from
+the `nn.Module` frames on the Python stack at the moment of the call, so no hooks run on the other modules.
+
+Beyond SDPA: an eager `flex_attention` call is seen as its higher-order operator; a compiled one (and any Triton
+attention kernel, such as the stage-four kernel) is seen at launch, by tapping Triton's launchers while the watch
+is open (CUDA only: on the CPU, compiled FlexAttention is C++ and leaves no trace without a profiler).
+Calls made while Dynamo traces (inside `torch.compile`) are not recorded: the compiled code runs later.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -28,6 +39,9 @@ FUSED_OPS: tuple[tuple[str, str], ...] = (
     ("_scaled_dot_product_flash_attention", "flash"),
     ("_flash_attention_forward", "flash"),
 )
+SDPA_FUSED = ("cudnn", "flash", "efficient", "cpu_flash", "overrideable")
+# A Triton kernel launched under watch() is attention work when its name says so.
+_ATTENTION_WORDS = ("attn", "attention", "flash", "fmha", "sdpa")
 
 
 def backend_of(op_names: list[str]) -> tuple[str, str | None]:
@@ -41,7 +55,7 @@ def backend_of(op_names: list[str]) -> tuple[str, str | None]:
 
 @dataclass
 class DispatchRecord:
-    """One SDPA call: what ran, on what. Shapes are `[B, H, S, D]`."""
+    """One attention call: what ran, on what, from where. Shapes are `[B, H, S, D]`."""
 
     backend: str
     fused_op: str | None
@@ -50,10 +64,75 @@ class DispatchRecord:
     k_shape: tuple = ()
     dtype: str = ""
     device: str = ""
+    kind: str = "sdpa"  # sdpa | flex | kernel
+    v_shape: tuple = ()
+    dtypes: tuple = ()  # (q, k, v)
+    gqa: bool = False  # fewer kv heads than query heads
+    enable_gqa: bool = False
+    mask: str = "none"  # none | bool | additive | causal-bias:<variant> | <other tensor type>
+    mask_dtype: str | None = None
+    mask_shape: tuple | None = None
+    causal: bool = False
+    dropout: float = 0.0
+    scale: float | None = None
+    strides: dict = field(default_factory=dict)  # name → stride tuple
+    contiguous: dict = field(default_factory=dict)  # name → bool
+    requires_grad: bool = False
+    module: str | None = None  # module path, e.g. model.layers.0.self_attn
+    module_class: str | None = None
+    location: str | None = None  # file:line in function, the innermost frame outside torch
+    preferred: str | None = None  # the fastest backend this device offers (what SDPA picks for friendly inputs)
+    refusals: dict = field(default_factory=dict)  # faster backend → why it was refused (PyTorch's words)
+    note: str | None = None
+    index: int = 0
+
+    @property
+    def fused(self) -> bool:
+        """A fused kernel ran: an SDPA fused backend, compiled flex, or a Triton attention kernel."""
+        return self.backend in SDPA_FUSED or (self.backend in ("flex", "kernel") and self.fused_op is not None)
+
+    @property
+    def fell_back(self) -> bool:
+        """The call did not get the fastest backend this device offers."""
+        if self.kind != "sdpa":
+            return not self.fused
+        return self.preferred is not None and self.backend != self.preferred
+
+    @property
+    def where(self) -> str:
+        return self.module or self.location or "?"
+
+    def envelope(self) -> str:
+        """Short label: `1x32/8x2048→2048x64 bf16 causal mask=bool strided`."""
+        if len(self.q_shape) != 4 or len(self.k_shape) != 4:
+            return f"q{list(self.q_shape)} k{list(self.k_shape)} {self.dtype}"
+        b, hq, sq, d = self.q_shape
+        hk, sk = self.k_shape[1], self.k_shape[2]
+        heads = f"{hq}/{hk}" if hk != hq else f"{hq}"
+        seq = f"{sq}→{sk}" if sk != sq else f"{sq}"
+        parts = [f"{b}x{heads}x{seq}x{d}", self.dtype]
+        if self.causal:
+            parts.append("causal")
+        if self.mask != "none":
+            parts.append(f"mask={self.mask}" + (f"[{self.mask_dtype}]" if self.mask_dtype else ""))
+        if self.dropout:
+            parts.append(f"dropout={self.dropout:g}")
+        if self.contiguous and not all(self.contiguous.values()):
+            parts.append("strided")
+        return " ".join(parts)
 
     def to_json(self) -> dict:
-        return {"backend": self.backend, "fused_op": self.fused_op, "q_shape": list(self.q_shape),
-                "k_shape": list(self.k_shape), "dtype": self.dtype, "device": self.device}
+        return {"index": self.index, "kind": self.kind, "backend": self.backend, "fused_op": self.fused_op,
+                "fused": self.fused, "preferred": self.preferred, "fell_back": self.fell_back,
+                "module": self.module, "module_class": self.module_class, "location": self.location,
+                "q_shape": list(self.q_shape), "k_shape": list(self.k_shape), "v_shape": list(self.v_shape),
+                "dtype": self.dtype, "dtypes": list(self.dtypes), "device": self.device, "gqa": self.gqa,
+                "enable_gqa": self.enable_gqa, "mask": self.mask, "mask_dtype": self.mask_dtype,
+                "mask_shape": list(self.mask_shape) if self.mask_shape is not None else None,
+                "causal": self.causal, "dropout": self.dropout, "scale": self.scale,
+                "strides": {k: list(v) for k, v in self.strides.items()}, "contiguous": self.contiguous,
+                "requires_grad": self.requires_grad, "refusals": self.refusals, "note": self.note,
+                "envelope": self.envelope(), "ops": self.ops}
 
 
 class _OpRecorder(TorchDispatchMode):
@@ -66,28 +145,199 @@ class _OpRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class _SdpaWatcher(TorchFunctionMode):
-    def __init__(self, records: list[DispatchRecord]) -> None:
+def _dtype(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _sdpa_args(args, kwargs) -> dict:
+    """F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)."""
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    return bound
+
+
+def _mask_kind(mask) -> str:
+    if mask is None:
+        return "none"
+    variant = getattr(mask, "variant", None)  # torch.nn.attention.bias.CausalBias
+    if variant is not None:
+        return f"causal-bias:{getattr(variant, 'name', variant).lower()}"
+    if not isinstance(mask, torch.Tensor):
+        return type(mask).__name__
+    return "bool" if mask.dtype == torch.bool else "additive"
+
+
+class _CallSites:
+    """Module path of the innermost `nn.Module` on the Python stack, named from the outermost one."""
+
+    _MODULE_CODES = {torch.nn.Module._call_impl.__code__, torch.nn.Module._wrapped_call_impl.__code__}
+    _SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(__file__),
+                  os.path.dirname(contextlib.__file__))
+
+    def __init__(self) -> None:
+        self._names: dict[int, dict[int, str]] = {}
+
+    def find(self) -> tuple[str | None, str | None, str | None]:
+        """(module path, module class, file:line in function)."""
+        frame = sys._getframe(2)
+        modules: list[torch.nn.Module] = []
+        location = None
+        while frame is not None:
+            code = frame.f_code
+            if code in self._MODULE_CODES:
+                mod = frame.f_locals.get("self")
+                if isinstance(mod, torch.nn.Module) and (not modules or modules[-1] is not mod):
+                    modules.append(mod)
+            elif location is None and not code.co_filename.startswith(self._SKIP_DIRS):
+                location = f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
+            frame = frame.f_back
+        if not modules:
+            return None, None, location
+        inner, root = modules[0], modules[-1]
+        names = self._names.get(id(root))
+        if names is None:
+            names = {id(m): n for n, m in root.named_modules(remove_duplicate=False)}
+            self._names[id(root)] = names
+        path = names.get(id(inner))
+        if path is None:  # not a registered submodule: name it by the classes on the stack
+            path = ".".join(type(m).__name__ for m in reversed(modules))
+        elif path == "":
+            path = type(root).__name__
+        return path, type(inner).__name__, location
+
+
+class _Watcher(TorchFunctionMode):
+    def __init__(self, records: list[DispatchRecord], explain: bool) -> None:
         super().__init__()
         self.records = records
+        self.explain = explain
+        self.sites = _CallSites()
+        self._refusal_cache: dict[tuple, dict] = {}
+        self._flex_hop = _flex_hop()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is not F.scaled_dot_product_attention:
-            return func(*args, **kwargs)
+        if func is F.scaled_dot_product_attention:
+            if torch.compiler.is_compiling():
+                return func(*args, **kwargs)
+            return self._sdpa(func, args, kwargs)
+        if func is self._flex_hop and self._flex_hop is not None and not torch.compiler.is_compiling():
+            self._flex_eager(args)
+        return func(*args, **kwargs)
+
+    def _sdpa(self, func, args, kwargs):
         with _OpRecorder() as recorder:
             out = func(*args, **kwargs)
         backend, fused = backend_of(recorder.ops)
-        q, k = args[0], args[1]
-        self.records.append(DispatchRecord(backend=backend, fused_op=fused, ops=recorder.ops,
-                                           q_shape=tuple(q.shape), k_shape=tuple(k.shape),
-                                           dtype=str(q.dtype).replace("torch.", ""), device=str(q.device)))
+        a = _sdpa_args(args, kwargs)
+        q, k, v, mask = a["query"], a["key"], a["value"], a.get("attn_mask")
+        module, module_class, location = self.sites.find()
+        rec = DispatchRecord(
+            backend=backend, fused_op=fused, ops=recorder.ops, q_shape=tuple(q.shape), k_shape=tuple(k.shape),
+            dtype=_dtype(q), device=str(q.device), v_shape=tuple(v.shape), dtypes=(_dtype(q), _dtype(k), _dtype(v)),
+            gqa=q.dim() == 4 and k.dim() == 4 and k.shape[1] != q.shape[1], enable_gqa=bool(a.get("enable_gqa")),
+            mask=_mask_kind(mask), mask_dtype=_dtype(mask) if isinstance(mask, torch.Tensor) else None,
+            mask_shape=tuple(mask.shape) if isinstance(mask, torch.Tensor) else None,
+            causal=bool(a.get("is_causal")), dropout=float(a.get("dropout_p") or 0.0), scale=a.get("scale"),
+            strides={"q": q.stride(), "k": k.stride(), "v": v.stride()},
+            contiguous={"q": q.is_contiguous(), "k": k.is_contiguous(), "v": v.is_contiguous()},
+            requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
+            module=module, module_class=module_class, location=location, index=len(self.records))
+        from attnprof.audit import reasons  # late: reasons imports this module
+
+        rec.preferred = reasons.preferred_backend(q.device)
+        if self.explain and rec.fell_back:
+            key = (rec.envelope(), tuple(map(tuple, rec.strides.values())), rec.requires_grad, rec.mask_shape,
+                   rec.backend, _enabled_flags())
+            if key not in self._refusal_cache:
+                self._refusal_cache[key] = reasons.refusals_for_call(q, k, v, mask, rec.dropout, rec.causal,
+                                                                     rec.enable_gqa, ran=backend)
+            rec.refusals = dict(self._refusal_cache[key])
+        self.records.append(rec)
         return out
+
+    def _flex_eager(self, args) -> None:
+        q, k = args[0], args[1]
+        module, module_class, location = self.sites.find()
+        self.records.append(DispatchRecord(
+            backend="flex", fused_op=None, kind="flex", q_shape=tuple(q.shape), k_shape=tuple(k.shape),
+            v_shape=tuple(args[2].shape), dtype=_dtype(q), device=str(q.device), module=module,
+            module_class=module_class, location=location, index=len(self.records),
+            note="flex_attention ran eagerly (not under torch.compile): unfused, it materialises the scores"))
+
+    def triton_launch(self, name: str, args) -> None:
+        tensors = [a for a in args if isinstance(a, torch.Tensor)][:3]
+        kind = "flex" if "flex" in name else "kernel"
+        self.records.append(DispatchRecord(
+            backend=kind, fused_op=name, kind=kind, q_shape=tuple(tensors[0].shape) if tensors else (),
+            k_shape=tuple(tensors[1].shape) if len(tensors) > 1 else (),
+            v_shape=tuple(tensors[2].shape) if len(tensors) > 2 else (),
+            dtype=_dtype(tensors[0]) if tensors else "", device=str(tensors[0].device) if tensors else "",
+            index=len(self.records), note="Triton kernel launch (shapes are its first tensor arguments)"))
+
+
+def _enabled_flags() -> tuple:
+    return (torch._C._get_flash_sdp_enabled(), torch._C._get_mem_efficient_sdp_enabled(),
+            torch._C._get_cudnn_sdp_enabled(), torch._C._get_math_sdp_enabled())
+
+
+def _flex_hop():
+    try:
+        return torch.ops.higher_order.flex_attention
+    except (AttributeError, RuntimeError):
+        return None
 
 
 @contextlib.contextmanager
-def watch() -> Iterator[list[DispatchRecord]]:
-    """`with watch() as calls: model(x)` → `calls` lists one `DispatchRecord` per SDPA call."""
+def _triton_tap(watcher: _Watcher) -> Iterator[None]:
+    """While open, Triton launches of attention kernels (compiled flex, our Triton kernel) become records."""
+    if not torch.cuda.is_available():
+        yield
+        return
+    patched: list[tuple[type, object]] = []
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+        def autotuner_run(self, *args, _orig=CachingAutotuner.run, **kwargs):
+            name = (getattr(self, "inductor_meta", None) or {}).get("kernel_name") or getattr(
+                getattr(self, "fn", None), "__name__", "")
+            if "flex_attention" in name or "flex_decoding" in name:
+                watcher.triton_launch(name, args)
+            return _orig(self, *args, **kwargs)
+
+        patched.append((CachingAutotuner, CachingAutotuner.run))
+        CachingAutotuner.run = autotuner_run
+    except ImportError:
+        pass
+    try:
+        from triton.runtime.jit import JITFunction
+
+        def jit_run(self, *args, _orig=JITFunction.run, **kwargs):
+            name = getattr(getattr(self, "fn", None), "__name__", "")
+            if any(w in name.lower() for w in _ATTENTION_WORDS) and not kwargs.get("warmup"):
+                watcher.triton_launch(name, args)
+            return _orig(self, *args, **kwargs)
+
+        patched.append((JITFunction, JITFunction.run))
+        JITFunction.run = jit_run
+    except ImportError:
+        pass
+    try:
+        yield
+    finally:
+        for cls, orig in patched:
+            cls.run = orig
+
+
+@contextlib.contextmanager
+def watch(*, explain: bool = True) -> Iterator[list[DispatchRecord]]:
+    """`with watch() as calls: model(x)` → `calls` lists one `DispatchRecord` per attention call.
+
+    With `explain` (the default), a call that did not get the fastest backend this device offers carries
+    `refusals`: each faster backend and PyTorch's reason for refusing it, computed once per distinct envelope.
+    """
     records: list[DispatchRecord] = []
-    with _SdpaWatcher(records):
+    watcher = _Watcher(records, explain)
+    with watcher, _triton_tap(watcher):
         yield records

@@ -1,0 +1,106 @@
+"""Rows of an audit (grid cells or a model's calls) → the terminal table, the markdown for a PR, the JSON rows.
+
+Math fallbacks are highlighted (bold **MATH** in markdown, red in the terminal); a call that missed the device's
+fastest backend but still ran fused is marked, with the reason of every faster backend and the fix.
+"""
+
+from __future__ import annotations
+
+from attnprof.report.render import md_escape, out
+
+
+def _row(where: str, axis: str, envelope: str, rec, *, refusals=None, advice=None, error=None, prof=None,
+         prof_kernels=None) -> dict:
+    from attnprof.audit.reasons import advise
+
+    return {
+        "where": where, "axis": axis, "envelope": envelope,
+        "backend": rec.backend if rec else None, "fused_op": rec.fused_op if rec else None,
+        "fused": bool(rec and rec.fused), "preferred": rec.preferred if rec else None,
+        "fell_back": bool(rec and rec.fell_back) or error is not None,
+        "refusals": dict(rec.refusals) if rec and refusals is None else (refusals or {}),
+        "advice": (advise(rec) if rec else []) if advice is None else advice,
+        "error": error, "profiler_backend": prof,
+        "profiler_agrees": None if prof is None or rec is None else prof == rec.backend,
+        "profiler_kernels": prof_kernels or [],
+        "call": rec.to_json() if rec else None,
+    }
+
+
+def rows_from_records(records) -> list[dict]:
+    return [_row(r.where, r.module_class or r.kind, r.envelope(), r) for r in records]
+
+
+def rows_from_cells(results) -> list[dict]:
+    return [_row(r.cell.label, r.cell.axis, r.cell.label, r.record, refusals=r.refusals, advice=r.advice,
+                 error=r.error, prof=r.profiler_backend, prof_kernels=r.profiler_kernels) for r in results]
+
+
+def _why(row: dict) -> str:
+    if row["error"]:
+        return f"SDPA could not run it: {row['error']}"
+    return "; ".join(f"{b}: {why}" for b, why in row["refusals"].items())
+
+
+def _backend_md(row: dict) -> str:
+    b = row["backend"] or "none"
+    if b == "math":
+        return "**MATH**"
+    return f"{b} (not {row['preferred']})" if row["fell_back"] else b
+
+
+def markdown(data: dict) -> str:
+    rows = data["rows"]
+    checked = [r for r in rows if r["profiler_backend"] is not None]
+    lines = [f"# SDPA dispatch: {data['title']}", "",
+             f"Command: `{data['command']}`  ",
+             f"Device: {data['provenance']['device']}; torch {data['provenance']['torch']}, "
+             f"CUDA {data['provenance']['cuda']}, cuDNN {data['provenance']['cudnn']}; git {data['provenance']['git_sha']}  ",
+             f"Fastest backend here (what SDPA picks for friendly inputs): **{data['preferred']}**. "
+             "The backend column is the aten operator each call executed (`attnprof.audit.watch`), never a guess; "
+             "the reasons are PyTorch's own (`can_use_*(debug=True)` on CUDA, `_fused_sdp_choice` counterfactuals "
+             "on the CPU).", ""]
+    summary = (f"{len(rows)} calls: {sum(r['backend'] == data['preferred'] for r in rows)} on {data['preferred']}, "
+               f"{sum(r['fell_back'] and r['fused'] for r in rows)} on a slower fused kernel, "
+               f"{sum(r['backend'] == 'math' for r in rows)} on **math**, {sum(bool(r['error']) for r in rows)} failed.")
+    lines += [summary, ""]
+    if checked:
+        agree = sum(bool(r["profiler_agrees"]) for r in checked)
+        lines += [f"Profiler cross-check: {agree} of {len(checked)} profiled cells show the same backend in the "
+                  "kernel names torch.profiler recorded.", ""]
+    if data.get("require"):
+        lines += [f"Rule `--require {data['require']}`: {data['violations']} violation(s).", ""]
+    headers = ["where", "inputs", "backend", "fused op", "why not faster", "fix"] + (["profiler"] if checked else [])
+    lines.append("| " + " | ".join(headers) + " |")
+    lines.append("|" + "---|" * len(headers))
+    for r in rows:
+        cells = [r["where"] if r["where"] != r["envelope"] else r["axis"], r["envelope"], _backend_md(r),
+                 r["fused_op"] or "–", _why(r) or "–", "; ".join(r["advice"]) or "–"]
+        if checked:
+            p = r["profiler_backend"]
+            cells.append("–" if p is None else f"{p} {'✓' if r['profiler_agrees'] else '✗ DISAGREES'}")
+        lines.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def print_terminal(data: dict) -> None:
+    from rich.table import Table
+
+    rows = data["rows"]
+    table = Table(title=f"{data['title']} — fastest here: {data['preferred']}", show_lines=False)
+    for h in ("where", "inputs", "backend", "why not faster / fix"):
+        table.add_column(h, overflow="fold")
+    if any(r["profiler_backend"] for r in rows):
+        table.add_column("profiler")
+    for r in rows:
+        b = r["backend"] or "error"
+        style = "bold red" if b in ("math", "error") else ("yellow" if r["fell_back"] else "green")
+        why = _why(r)
+        fix = "; ".join(r["advice"])
+        cells = [r["where"] if r["where"] != r["envelope"] else r["axis"], r["envelope"], f"[{style}]{b}[/{style}]",
+                 (why[:160] + ("…" if len(why) > 160 else "")) + (f"\n→ {fix}" if fix else "")]
+        if any(x["profiler_backend"] for x in rows):
+            cells.append("" if r["profiler_backend"] is None else
+                         f"{r['profiler_backend']} {'✓' if r['profiler_agrees'] else '✗'}")
+        table.add_row(*cells)
+    out.print(table)

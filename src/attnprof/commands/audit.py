@@ -1,0 +1,132 @@
+"""`attnprof audit`: which SDPA backend each kind of input (or each layer of a model) really gets here, and why.
+
+Without `--model`: the envelope grid (head dims, dtypes, masks, GQA, Sq != Sk, layouts, dropout). With
+`--model PRESET|config.json`: one row per attention layer of a transformers model built from its config, on a
+padded sample batch. `--require fused|flash|cudnn|efficient|cpu_flash|preferred` turns the audit into a check that
+exits 1 listing the offending calls. Writes audit.md (a table for a PR) and audit.json (attnprof.audit/1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from attnprof.commands.common import add_output_args
+
+REQUIRE = ("fused", "flash", "cudnn", "efficient", "cpu_flash", "preferred")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("audit", help="which SDPA backend really runs (envelope grid or a model's layers), and why",
+                       description=__doc__)
+    p.add_argument("--model", help="preset name or path to a config.json: audit its attention layers")
+    p.add_argument("--require", help=f"fail (exit 1) unless every call ran this: {', '.join(REQUIRE)}")
+    p.add_argument("--head-dims", help="grid: comma-separated head dims (default: 64,128,256,59,96,320,512 on CUDA)")
+    p.add_argument("--dtypes", help="grid: comma-separated dtypes, first is the base (default bf16,fp16,fp32 on CUDA)")
+    p.add_argument("--batch", type=int, default=2, help="batch size of the grid cells / the model's sample batch")
+    p.add_argument("--heads", type=int, default=8, help="grid: query heads")
+    p.add_argument("--seq", type=int, default=None, help="grid: sequence length (512 CUDA, 32 CPU); model: 64")
+    p.add_argument("--dtype", default=None, help="model: weights dtype (default bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--crosscheck", type=int, default=0, metavar="N",
+                   help="grid: also profile every N-th cell with torch.profiler and compare (1 = every cell)")
+    add_output_args(p)
+    p.set_defaults(handler=run)
+
+
+def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+    from attnprof.errors import UsageError
+
+    if text is None:
+        return None
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"{flag} wants comma-separated integers, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise UsageError(f"{flag} wants positive integers, got {text!r}")
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnprof.audit.envelope import grid, run_grid
+    from attnprof.audit.reasons import explain, preferred_backend
+    from attnprof.audit.report import markdown, print_terminal, rows_from_cells, rows_from_records
+    from attnprof.commands.common import emit_json, out_dir
+    from attnprof.errors import CheckFailed, UsageError
+    from attnprof.report.records import provenance, write_atomic, write_json
+    from attnprof.report.render import err, progress
+    from attnprof.workload import dtype_name, resolve_device
+
+    if args.require is not None and args.require not in REQUIRE:
+        raise UsageError(f"--require {args.require!r} is not a backend rule; choose one of {', '.join(REQUIRE)}")
+    if args.batch <= 0 or args.heads <= 0 or (args.seq is not None and args.seq <= 0) or args.crosscheck < 0:
+        raise UsageError("--batch, --heads, --seq must be positive and --crosscheck >= 0")
+    device = resolve_device(args.device)
+    cuda = device.startswith("cuda")
+    folder = out_dir(args, "audit")
+    preferred = preferred_backend(device)
+    model_json = None
+    if args.model:
+        from attnprof.audit.model import audit_model
+
+        dtype = dtype_name(args.dtype or ("bf16" if cuda else "fp32"))
+        err.print(f"[dim]building {args.model} from its config (random weights), one forward of a padded "
+                  f"{args.batch}x{args.seq or 64} batch[/dim]")
+        audit = audit_model(args.model, device=device, dtype=dtype, batch=args.batch, seq=args.seq or 64,
+                            seed=args.seed)
+        records = audit.records
+        rows = rows_from_records(records)
+        model_json = audit.to_json()
+        title = f"{args.model} ({audit.model_type}, {audit.layers} layers, {dtype}, padded batch " \
+                f"{args.batch}x{audit.seq}) on {device}"
+    else:
+        dtypes = tuple(dtype_name(t) for t in args.dtypes.split(",")) if args.dtypes else None
+        cells = grid(device, head_dims=_ints(args.head_dims, "--head-dims"), dtypes=dtypes, batch=args.batch,
+                     heads=args.heads, seq=args.seq)
+        with progress() as bar:
+            task = bar.add_task("envelope grid", total=len(cells))
+            results = run_grid(cells, seed=args.seed, crosscheck_every=args.crosscheck, folder=folder,
+                               on_cell=lambda n: bar.update(task, completed=n))
+        records = [r.record for r in results if r.record is not None]
+        rows = rows_from_cells(results)
+        title = f"SDPA envelope grid on {device}"
+    command = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    prov = provenance(device, seed=args.seed)
+    bad_rows = [r for r in rows if _violates(r, args.require)] if args.require else []
+    data = {"schema": "attnprof.audit/1", "provenance": prov, "mode": "model" if args.model else "grid",
+            "title": title, "command": command, "device": device, "preferred": preferred, "model": model_json,
+            "require": args.require, "violations": len(bad_rows), "rows": rows}
+    write_json(folder / "audit.json", data)
+    write_atomic(folder / "audit.md", markdown(data))
+    print_terminal(data)
+    err.print(f"report: {folder}/audit.json, audit.md")
+    emit_json(args, {"schema": data["schema"], "out": str(folder), "mode": data["mode"], "preferred": preferred,
+                     "calls": len(rows), "fell_back": sum(1 for r in rows if r["fell_back"]),
+                     "math": sum(1 for r in rows if r["backend"] == "math"), "require": args.require,
+                     "violations": len(bad_rows)})
+    if args.require:
+        if args.model and not records:
+            raise CheckFailed(f"--require {args.require}: the model made no SDPA call at all")
+        if bad_rows:
+            calls = [r for r in records if _violates(_row_of(r), args.require)]
+            detail = "\n".join(e.text() for e in (explain(c) for c in calls)) if calls else ""
+            errors = [f"{r['where']}: {r['error']}" for r in bad_rows if r.get("error")]
+            raise CheckFailed(f"--require {args.require}: {len(bad_rows)} of {len(rows)} call(s) broke the rule\n"
+                              + "\n".join(filter(None, [detail, *errors])))
+    return 0
+
+
+def _row_of(record) -> dict:
+    return {"backend": record.backend, "fused": record.fused, "preferred": record.preferred, "error": None}
+
+
+def _violates(row: dict, require: str) -> bool:
+    """The rule of `expect_fused(allow=[require])`, on a row (an error row ran nothing, so it breaks any rule)."""
+    if row.get("error"):
+        return True
+    if require == "fused":
+        return not row["fused"]
+    if require == "preferred":
+        return row["backend"] != row["preferred"]
+    return row["backend"] != require
