@@ -1,0 +1,318 @@
+"""A stream of requests served by transformers' own continuous batching: throughput, TTFT and inter-token latency.
+
+Static batches (prefill, decode) say what a kernel does in isolation. A server sees requests arrive at random times
+with different prompt and output lengths, and packs them into ragged batches that mix prefill and decode. This
+file drives `model.init_continuous_batching()` (transformers 5.x, a background thread with a paged KV cache) with
+such a stream: Poisson arrivals at `rate` requests/s and log-normal prompt / output lengths, or lengths replayed from
+a JSONL file. Each request's tokens are counted from what it returned; a request that failed, was refused or did
+not finish in time is counted and reported with its error, never dropped.
+
+Only the attention implementations the paged path accepts run here (`paged|eager`, `paged|sdpa`; flash when
+installed); anything else is rejected with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from attnprof.errors import UsageError
+from attnprof.serving.throughput import percentile
+
+# attention implementation → the name transformers' paged path knows it by, newest spelling first
+_PAGED_NAMES = {"eager": ("paged|eager",), "sdpa": ("paged|sdpa", "sdpa")}
+
+
+@dataclass(frozen=True)
+class Request:
+    arrival_s: float  # seconds after the stream starts
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """One implementation serving one request stream."""
+
+    impl: str
+    status: str = "ok"  # "ok" | "rejected"
+    reason: str | None = None
+    ran_as: str | None = None  # the attention implementation transformers actually used
+    requests: int = 0
+    completed: int = 0
+    failures: list[dict] = field(default_factory=list)  # {"request": i, "error": "..."}
+    input_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float = 0.0  # first arrival → last token
+    warmup_s: float = 0.0
+    ttft_ms: dict[str, float] = field(default_factory=dict)
+    itl_ms: dict[str, float] = field(default_factory=dict)
+    short: int = 0  # completed requests that returned fewer tokens than asked
+    log_errors: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return len(self.failures)
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.output_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def total_tokens_per_s(self) -> float:
+        return (self.input_tokens + self.output_tokens) / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(failed=self.failed, output_tokens_per_s=self.output_tokens_per_s,
+                 total_tokens_per_s=self.total_tokens_per_s)
+        return d
+
+
+# ------------------------------------------------------------------------------------------------- the stream --
+
+def _lognormal(rng: random.Random, median: float, sigma: float, lo: int, hi: int) -> int:
+    return max(lo, min(hi, round(rng.lognormvariate(math.log(median), sigma))))
+
+
+def poisson_requests(n: int, rate: float, *, prompt_median: float, prompt_sigma: float, output_median: float,
+                     output_sigma: float, max_prompt: int, max_output: int, seed: int = 0) -> list[Request]:
+    """`n` requests, exponential gaps at `rate`/s, log-normal lengths (median, sigma of the log) clipped to 1..max."""
+    if rate <= 0 or not math.isfinite(rate):
+        raise UsageError(f"--rate must be a positive number of requests per second, got {rate}")
+    if n < 1:
+        raise UsageError(f"--requests must be at least 1, got {n}")
+    for name, v in (("--prompt-median", prompt_median), ("--output-median", output_median)):
+        if v < 1:
+            raise UsageError(f"{name} must be at least 1 token, got {v}")
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(Request(round(t, 6), _lognormal(rng, prompt_median, prompt_sigma, 1, max_prompt),
+                           _lognormal(rng, output_median, output_sigma, 1, max_output)))
+        t += rng.expovariate(rate)
+    return out
+
+
+def load_requests(path: Path, *, rate: float | None = None, seed: int = 0) -> list[Request]:
+    """JSONL, one request a line: {"prompt_tokens": int, "output_tokens": int, "arrival_s": float (optional)}.
+
+    Without `arrival_s` on any line the arrivals are Poisson at `rate`; a file gives them on every line or on none.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such request file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read the request file ({exc})") from None
+    rows: list[tuple[int, int, int, float | None]] = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{no}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise UsageError(f"{where}: expected an object like {{\"prompt_tokens\": 128, \"output_tokens\": 64}}")
+        vals = []
+        for key in ("prompt_tokens", "output_tokens"):
+            v = obj.get(key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise UsageError(f"{where}: {key} must be a positive integer, got {v!r}")
+            vals.append(v)
+        arrival = obj.get("arrival_s")
+        if arrival is not None and (isinstance(arrival, bool) or not isinstance(arrival, (int, float))
+                                    or not math.isfinite(arrival) or arrival < 0):
+            raise UsageError(f"{where}: arrival_s must be a number of seconds >= 0, got {arrival!r}")
+        rows.append((no, vals[0], vals[1], None if arrival is None else float(arrival)))
+    if not rows:
+        raise UsageError(f"{path}: no requests in the file")
+    timed = [r for r in rows if r[3] is not None]
+    if timed and len(timed) != len(rows):
+        no = next(r[0] for r in rows if r[3] is None)
+        raise UsageError(f"{path}:{no}: arrival_s missing here but given on other lines (all or none)")
+    if timed:
+        return sorted((Request(a, p, o) for _, p, o, a in rows), key=lambda r: r.arrival_s)
+    if rate is None or rate <= 0:
+        raise UsageError(f"{path} has no arrival_s: give a positive --rate, got {rate}")
+    gaps = poisson_requests(len(rows), rate, prompt_median=1, prompt_sigma=0, output_median=1, output_sigma=0,
+                            max_prompt=1, max_output=1, seed=seed)
+    return [Request(g.arrival_s, p, o) for g, (_, p, o, _) in zip(gaps, rows)]
+
+
+def check_fits(requests: list[Request], max_positions: int) -> None:
+    """Every prompt + output must fit the model's positions."""
+    for i, r in enumerate(requests):
+        if r.prompt_tokens + r.output_tokens > max_positions:
+            raise UsageError(f"request {i}: {r.prompt_tokens} prompt + {r.output_tokens} output tokens exceed the "
+                             f"model's max_position_embeddings ({max_positions})")
+
+
+# ------------------------------------------------------------------------------------------------- serving it --
+
+def paged_name(impl: str) -> str | None:
+    """The name transformers' continuous batching knows `impl` by, or None when it has no paged form."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    known = set(ALL_ATTENTION_FUNCTIONS.keys())
+    for name in _PAGED_NAMES.get(impl, ()):
+        if name in known:
+            return name
+    return None
+
+
+class _ErrorLog(logging.Handler):
+    """Keeps the ERROR lines transformers' continuous batching logs (a failed batch is only reported there)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage().strip().splitlines()
+        if msg and "psutil" not in msg[0]:
+            self.lines.append(msg[0][:300])
+
+
+def _cb_config(device: str, requests: list[Request], num_blocks: int | None, max_batch_tokens: int | None):
+    from transformers import ContinuousBatchingConfig
+
+    kw: dict = {}
+    names = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+    if "auto_switch_to_flash" in names:
+        kw["auto_switch_to_flash"] = False  # measure the implementation asked for, not a swap
+    if device == "cpu":  # size the cache to the stream instead of to the machine's RAM
+        block = 256
+        need = sum(-(-(r.prompt_tokens + r.output_tokens) // block) for r in requests)
+        num_blocks = num_blocks or need + 4
+        max_batch_tokens = max_batch_tokens or 256
+    if num_blocks is not None:
+        kw["num_blocks"] = num_blocks
+    if max_batch_tokens is not None:
+        kw["max_batch_tokens"] = max_batch_tokens
+    return ContinuousBatchingConfig(**kw)
+
+
+def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed: int = 0, timeout_s: float = 120.0,
+                 num_blocks: int | None = None, max_batch_tokens: int | None = None, on_done=None) -> StreamResult:
+    """Feed `requests` at their arrival times to the model's continuous-batching manager and time every token."""
+    from transformers import GenerationConfig
+
+    name = paged_name(impl)
+    if name is None:
+        return StreamResult(impl=impl, status="rejected", requests=len(requests),
+                            reason=f"transformers' continuous batching has no paged form of {impl!r} (it runs "
+                                   f"{', '.join(sorted(_PAGED_NAMES))} and flash attention)")
+    original = model.config._attn_implementation
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(3, model.config.vocab_size) for _ in range(r.prompt_tokens)] for r in requests]
+    gen_config = GenerationConfig(do_sample=False, max_new_tokens=max(r.output_tokens for r in requests),
+                                  eos_token_id=-1, pad_token_id=0)
+    log = _ErrorLog()
+    cb_logger = logging.getLogger("ContinuousBatchingLogger")
+    cb_logger.addHandler(log)
+    model.set_attn_implementation(name)
+    manager = None
+    try:
+        manager = model.init_continuous_batching(generation_config=gen_config,
+                                                 continuous_batching_config=_cb_config(device, requests, num_blocks,
+                                                                                       max_batch_tokens))
+        ran_as = model.config._attn_implementation
+        t_warm = time.perf_counter()
+        if device.startswith("cuda"):
+            manager.warmup()
+            torch.cuda.synchronize(device)
+        warmup_s = time.perf_counter() - t_warm
+        manager.start()
+        sent, results, failures = _drive(manager, requests, prompts, timeout_s, on_done)
+    finally:
+        if manager is not None:
+            manager.stop(block=True, timeout=30, hard_stop=True)
+            manager.destroy()
+        cb_logger.removeHandler(log)
+        model.set_attn_implementation(original)
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    return _summarise(impl, ran_as, requests, sent, results, failures, warmup_s, log.lines)
+
+
+def _drive(manager, requests, prompts, timeout_s, on_done):
+    """Submit each request when its time comes; collect results until all are back, the manager dies, or time runs out."""
+    sent: dict[str, tuple[int, float]] = {}  # request id → (index, submit time)
+    results: dict[str, object] = {}
+    failures: list[dict] = []
+    t0 = time.perf_counter()
+    nxt = 0
+    while True:
+        now = time.perf_counter() - t0
+        while nxt < len(requests) and requests[nxt].arrival_s <= now:
+            r = requests[nxt]
+            submitted = time.perf_counter()
+            rid = manager.add_request(prompts[nxt], request_id=f"r{nxt}", max_new_tokens=r.output_tokens,
+                                      record_timestamps=True, eos_token_id=-1)
+            if rid is None:
+                failures.append({"request": nxt, "error": "refused by the continuous-batching manager"})
+            else:
+                sent[rid] = (nxt, submitted)
+            nxt += 1
+        if nxt == len(requests) and len(results) == len(sent):
+            break
+        if now > timeout_s:
+            for rid, (i, _) in sent.items():
+                if rid not in results:
+                    failures.append({"request": i, "error": f"not finished within {timeout_s:g} s"})
+            break
+        wait = min(0.05, requests[nxt].arrival_s - now) if nxt < len(requests) else 0.05
+        out = manager.get_result(timeout=max(wait, 0.001))
+        if out is None:
+            if not manager.is_running():
+                for rid, (i, _) in sent.items():
+                    if rid not in results:
+                        failures.append({"request": i, "error": "the generation thread stopped before answering"})
+                for i in range(nxt, len(requests)):
+                    failures.append({"request": i, "error": "never sent: the generation thread had stopped"})
+                break
+            continue
+        if out.is_finished() and out.request_id in sent and out.request_id not in results:
+            results[out.request_id] = out
+            if on_done is not None:
+                on_done()
+    return sent, results, failures
+
+
+def _summarise(impl, ran_as, requests, sent, results, failures, warmup_s, log_lines) -> StreamResult:
+    ttft, itl, starts, ends = [], [], [], []
+    input_tokens = output_tokens = short = completed = 0
+    for rid, out in results.items():
+        i, submitted = sent[rid]
+        if out.error is not None:
+            failures.append({"request": i, "error": str(out.error).strip().splitlines()[0][:300]})
+            continue
+        completed += 1
+        n = len(out.generated_tokens)
+        input_tokens += len(out.prompt_ids)
+        output_tokens += n
+        short += n < requests[i].output_tokens
+        stamps = list(out.timestamps or [])
+        starts.append(submitted)
+        if stamps:
+            ttft.append((stamps[0] - submitted) * 1e3)
+            itl.extend((b - a) * 1e3 for a, b in zip(stamps, stamps[1:]))
+            ends.append(stamps[-1])
+    failures.sort(key=lambda f: f["request"])
+    seconds = (max(ends) - min(starts)) if ends else 0.0
+    q = lambda xs: {"p50": percentile(xs, 50), "p99": percentile(xs, 99)} if xs else {}  # noqa: E731
+    return StreamResult(impl=impl, ran_as=ran_as, requests=len(requests), completed=completed, failures=failures,
+                        input_tokens=input_tokens, output_tokens=output_tokens, seconds=seconds, warmup_s=warmup_s,
+                        ttft_ms=q(ttft), itl_ms=q(itl), short=short, log_errors=log_lines[:10])

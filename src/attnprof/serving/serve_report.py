@@ -1,0 +1,212 @@
+"""The `serve` report: a markdown summary that opens with the answer, two pictures, and a terminal table.
+
+Everything here reads the `attnprof.serve/1` dict the command wrote, so a report can be re-rendered from a saved
+file. Pictures: tokens/s against batch (decode) and context (prefill) per implementation; the continuous-batching
+latency percentiles (TTFT, ITL at p50 and p99) per implementation.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from attnprof.report.records import write_atomic
+from attnprof.report.render import fmt, md_table
+
+
+def _pct(x) -> str:
+    return "–" if x is None else f"{x:.0%}"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n:,}"
+
+
+def _x(x) -> str:
+    return "–" if x is None else f"{x:.2f}×"
+
+
+def _roles(share: dict | None) -> str:
+    if not share or not share.get("roles"):
+        return "–"
+    roles = sorted(share["roles"].items(), key=lambda kv: -kv[1])
+    text = ", ".join(f"{k} {v:.3g}" for k, v in roles[:4])
+    return text + (f" [{'/'.join(share['backends'])}]" if share.get("backends") else "")
+
+
+def _static_rows(rows: list[dict], mode: str) -> list[list]:
+    key = "usd_per_m_input" if mode == "prefill" else "usd_per_m_output"
+    hkey = "gpu_hours_per_b_input" if mode == "prefill" else "gpu_hours_per_b_output"
+    out = []
+    for r in rows:
+        if r["status"] != "ok":
+            out.append([r["impl"], r["batch"], r["context"], r["status"], r["reason"] or ""] + ["–"] * 8)
+            continue
+        share = r.get("share") or {}
+        lat = fmt(r["step_ms"], ".3g") if mode == "prefill" else \
+            f"{fmt(r['itl_ms'].get('p50'), '.3g')} / {fmt(r['itl_ms'].get('p99'), '.3g')}"
+        cost = r.get("cost") or {}
+        out.append([r["impl"], r["batch"], r["context"], f"{r['tokens_per_s']:,.0f}", lat,
+                    _pct(r.get("attention_share")), fmt(share.get("attention_ms"), ".3g"), _roles(share),
+                    _x(r.get("gain_over_eager")), _x(r.get("amdahl_predicted")), fmt(cost.get(key), ".3g"),
+                    fmt(cost.get(hkey), ".3g"), fmt(r.get("peak_mib"), ".0f")])
+    return out
+
+
+def _stream_rows(rows: list[dict]) -> list[list]:
+    out = []
+    for r in rows:
+        if r["status"] != "ok":
+            out.append([r["impl"], "–", f"0/{r['requests']}", "–", r["reason"] or ""] + ["–"] * 7)
+            continue
+        cost = r.get("cost") or {}
+        t, i = r.get("ttft_ms") or {}, r.get("itl_ms") or {}
+        out.append([r["impl"], r["ran_as"], f"{r['completed']}/{r['requests']}", r["failed"],
+                    f"{r['output_tokens_per_s']:,.0f}", f"{r['total_tokens_per_s']:,.0f}",
+                    f"{fmt(t.get('p50'), '.4g')} / {fmt(t.get('p99'), '.4g')}",
+                    f"{fmt(i.get('p50'), '.3g')} / {fmt(i.get('p99'), '.3g')}", _x(r.get("gain_over_eager")),
+                    fmt(cost.get("usd_per_m_output"), ".3g"), fmt(cost.get("usd_per_m_total"), ".3g"),
+                    fmt(cost.get("gpu_hours_per_b_output"), ".3g")])
+    return out
+
+
+STATIC_HEAD = ["impl", "batch", "context", "tokens/s", "{lat}", "attention share", "attention ms/step",
+               "attention kernels by role (ms)", "gain over eager", "Amdahl predicts", "$/1M {tok}",
+               "GPU-h/1B {tok}", "peak MiB"]
+STREAM_HEAD = ["impl", "ran as", "completed", "failed", "output tok/s", "all tok/s", "TTFT p50 / p99 ms",
+               "ITL p50 / p99 ms", "gain over eager", "$/1M output", "$/1M all", "GPU-h/1B output"]
+
+
+def markdown(data: dict) -> str:
+    m, prov = data["model"], data["provenance"]
+    lines = [f"# Serving {m['name']} on {prov['device']}: attention implementations end to end", "",
+             "**Does the attention gain survive a real serving loop, and what does a token cost?** " + data["answer"],
+             "", f"Command: `{data['command']}`", "",
+             f"Model: {m['name']}, {_count(m['params'])} parameters, {m['layers']} layers, {m['heads']} query / "
+             f"{m['kv_heads']} KV heads of dim {m['head_dim']}, {m['dtype']}, {m['weights']}.  ",
+             f"Price: ${data['gpu_hour_price']:.2f} per GPU-hour ({data['price_note']})."]
+    rejected = [i for i in data["impls"] if i["reason"]]
+    if rejected:
+        lines += ["", "Not run: " + "; ".join(f"{i['name']}: {i['reason']}" for i in rejected) + "."]
+    for mode, title, lat, tok in (("prefill", "Prefill: one forward over the prompt that fills the KV cache",
+                                   "step ms", "input"),
+                                  ("decode", "Decode: `generate` with the KV cache, timed from the first to the last "
+                                   "new token", "ITL p50 / p99 ms", "output")):
+        if data[mode]:
+            head = [h.format(lat=lat, tok=tok) for h in STATIC_HEAD]
+            lines += ["", f"## {title}", "", md_table(head, _static_rows(data[mode], mode))]
+    stream = data["continuous"]
+    if stream["stream"]:
+        s = stream["stream"]
+        src = (f"Poisson arrivals at {s['rate_per_s']:g}/s" if s["source"] == "poisson" else f"replayed from "
+               f"{s['source']}")
+        lines += ["", "## Continuous batching: transformers' `init_continuous_batching` (paged KV cache)", "",
+                  f"{s['requests']} requests, {src} over {s['span_s']:.1f} s; prompts p50 {s['prompt_tokens']['p50']}"
+                  f" (max {s['prompt_tokens']['max']}, {s['prompt_tokens']['total']} in all), outputs p50 "
+                  f"{s['output_tokens']['p50']} (max {s['output_tokens']['max']}, {s['output_tokens']['total']} "
+                  f"in all); unfinished after {s['timeout_s']:g} s counts as failed.", "",
+                  md_table(STREAM_HEAD, _stream_rows(stream["results"]))]
+        for r in stream["results"]:
+            if r.get("failures"):
+                first = r["failures"][0]
+                lines += ["", f"{r['impl']}: {r['failed']} of {r['requests']} requests failed; first: request "
+                              f"{first['request']}: {first['error']}"]
+            if r.get("log_errors"):
+                lines += [f"{r['impl']}: transformers logged: " + " / ".join(r["log_errors"][:3])]
+            if r.get("short"):
+                lines += [f"{r['impl']}: {r['short']} requests returned fewer tokens than asked."]
+    lines += ["", "## How to read this", "",
+              "- Tokens are counted from what the model returned (the KV cache length for prefill, the output ids "
+              "for decode, each request's generated tokens in continuous batching), never from what was asked.",
+              "- Attention share: time of the kernels launched inside the model's attention function (profiler, "
+              "classified by role) over the wall time of the step. Amdahl predicts the end-to-end gain from that "
+              "share and the attention time alone: 1 / (1 − share · (1 − t_impl / t_eager)). A measured gain below "
+              "the prediction means the rest of the step (launches, sync, the loop) did not shrink with it.",
+              "- Cost: price per GPU-hour ÷ tokens made in that hour. Prefill is charged to input tokens, decode and "
+              "continuous batching to output tokens ($/1M all counts input + output, for comparison).",
+              "", "## Provenance", "", "```",
+              *(f"{k}: {v}" for k, v in prov.items() if k != "argv"), "```", ""]
+    if data.get("pictures"):
+        lines[-1:-1] = [""] + [f"![{p}]({p})" for p in data["pictures"]]
+    return "\n".join(lines)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def write_plots(data: dict, folder: Path, stem: str) -> list[Path]:
+    plt = _plt()
+    written: list[Path] = []
+    panels = [(mode, key) for mode, key in (("decode", "batch"), ("prefill", "context"))
+              if any(r["status"] == "ok" for r in data[mode])]
+    sub = f"{data['model']['name']} {data['model']['dtype']} on {data['provenance']['device']}"
+    if panels:
+        fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+        for ax, (mode, key) in zip(axes[0], panels):
+            other = "context" if key == "batch" else "batch"
+            series: dict[str, list[tuple[int, float]]] = {}
+            for r in data[mode]:
+                if r["status"] == "ok":
+                    series.setdefault(f"{r['impl']} ({other} {r[other]})", []).append((r[key], r["tokens_per_s"]))
+            for label, pts in sorted(series.items()):
+                pts.sort()
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel(key)
+            ax.set_ylabel(f"{mode} tokens/s")
+            ax.set_title(f"{mode} tokens/s against {key}", loc="left", fontsize=10)
+            ax.grid(True, which="both", alpha=0.25)
+            ax.legend(fontsize=8)
+        fig.suptitle(sub, fontsize=8, x=0.01, ha="left")
+        written.append(write_atomic(folder / f"{stem}-throughput.png", _png(fig)))
+    ok = [r for r in data["continuous"]["results"] if r["status"] == "ok" and r.get("ttft_ms")]
+    if ok:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for ax, key, title in ((axes[0], "ttft_ms", "time to first token"), (axes[1], "itl_ms", "inter-token")):
+            xs = range(len(ok))
+            for j, q in enumerate(("p50", "p99")):
+                ax.bar([x + 0.4 * j for x in xs], [r[key].get(q, 0) for r in ok], width=0.4, label=q)
+            ax.set_xticks([x + 0.2 for x in xs], [r["impl"] for r in ok])
+            ax.set_ylabel("ms")
+            ax.set_title(f"continuous batching: {title} latency", loc="left", fontsize=10)
+            ax.legend(fontsize=8)
+        fig.suptitle(sub, fontsize=8, x=0.01, ha="left")
+        written.append(write_atomic(folder / f"{stem}-latency.png", _png(fig)))
+    return written
+
+
+def print_terminal(data: dict) -> None:
+    from rich.table import Table
+
+    from attnprof.report.render import out
+
+    for mode, lat, tok in (("prefill", "step ms", "input"), ("decode", "ITL p50 / p99 ms", "output")):
+        if data[mode]:
+            table = Table(title=f"{mode} ({data['model']['name']}, {data['model']['dtype']})")
+            for h in STATIC_HEAD:
+                table.add_column(h.format(lat=lat, tok=tok))
+            for row in _static_rows(data[mode], mode):
+                table.add_row(*[str(c) for c in row])
+            out.print(table)
+    if data["continuous"]["results"]:
+        table = Table(title="continuous batching")
+        for h in STREAM_HEAD:
+            table.add_column(h)
+        for row in _stream_rows(data["continuous"]["results"]):
+            table.add_row(*[str(c) for c in row])
+        out.print(table)
+    out.print(data["answer"])

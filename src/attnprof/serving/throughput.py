@@ -1,0 +1,359 @@
+"""Prefill and decode tokens per second per attention implementation, and the share of each step spent in attention.
+
+Why both numbers: a kernel that makes attention 10× faster only makes the model faster by as much time as attention
+took. Prefill at long context is attention-heavy (the S² term), decode at small batch is dominated by reading the
+weights once per token, so the same kernel gives very different end-to-end gains. Next to every measured tokens/s we
+put the attention share of the step (from the profiler: the kernels launched inside the model's attention function,
+classified by role with `profiling.classify`) so the gain can be checked against Amdahl's law:
+predicted speed-up = 1 / (1 − share_eager · (1 − attention_time_impl / attention_time_eager)).
+
+Prefill is one forward over `[B, S]` prompt tokens that builds the KV cache (logits for the last position only, as a
+server does). Decode is `model.generate` with the KV cache: tokens/s is counted from the output ids and timed between
+the first and the last new token, so the prefill is not in it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from attnprof.bench.timing import time_call
+from attnprof.errors import CheckFailed, UsageError
+
+ATTENTION_RANGE = "attnprof::attention"
+STEP_RANGE = "attnprof::serve_step"
+
+
+@dataclass(frozen=True)
+class Share:
+    """Where one model step's time went. Milliseconds per step; `busy_ms` is GPU kernel time (CPU op time on CPU)."""
+
+    attention_ms: float
+    busy_ms: float
+    roles: dict[str, float] = field(default_factory=dict)  # attention kernels by role → ms per step
+    backends: tuple[str, ...] = ()
+    basis: str = "gpu-kernels"  # "gpu-kernels" | "cpu-ops"
+
+    def to_json(self) -> dict:
+        return {"attention_ms": self.attention_ms, "busy_ms": self.busy_ms, "roles": self.roles,
+                "backends": list(self.backends), "basis": self.basis}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One implementation at one (batch, context): tokens counted from real outputs, and how long they took."""
+
+    impl: str
+    mode: str  # "prefill" | "decode"
+    batch: int
+    context: int
+    status: str = "ok"  # "ok" | "oom" | "rejected"
+    reason: str | None = None
+    new_tokens: int = 0  # decode: tokens generated per sequence
+    tokens: int = 0  # counted from the outputs
+    seconds: float = 0.0  # the time those tokens took
+    step_ms: float = 0.0  # one forward step (prefill) or one decode step, median
+    itl_ms: dict[str, float] = field(default_factory=dict)  # decode: time between tokens, p50 / p99
+    share: Share | None = None
+    peak_mib: float | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def attention_share(self) -> float | None:
+        """Attention time over the step: on a GPU over the timed wall time of the step (idle gaps included), on a
+        CPU over the profiled step's op time (the same run, so noise from other processes cancels)."""
+        if self.share is None:
+            return None
+        whole = self.share.busy_ms if self.share.basis == "cpu-ops" else self.step_ms
+        return min(1.0, self.share.attention_ms / whole) if whole > 0 else None
+
+    def to_json(self) -> dict:
+        return {"impl": self.impl, "mode": self.mode, "batch": self.batch, "context": self.context,
+                "status": self.status, "reason": self.reason, "new_tokens": self.new_tokens, "tokens": self.tokens,
+                "seconds": self.seconds, "tokens_per_s": self.tokens_per_s, "step_ms": self.step_ms,
+                "itl_ms": self.itl_ms, "attention_share": self.attention_share,
+                "share": self.share.to_json() if self.share else None, "peak_mib": self.peak_mib}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100]; NaN for no values."""
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def amdahl(share_base: float, attention_base_ms: float, attention_new_ms: float) -> float:
+    """End-to-end speed-up predicted when only the attention part of a step changes."""
+    if attention_base_ms <= 0:
+        return 1.0
+    return 1.0 / (1.0 - share_base * (1.0 - attention_new_ms / attention_base_ms))
+
+
+# ------------------------------------------------------------------------------------ implementations to compare --
+
+@dataclass(frozen=True)
+class ModelImpl:
+    """One attention implementation of a transformers model: its `attn_implementation` name, a context that must be
+    active while it runs (a pinned SDPA backend), or the reason it cannot run here."""
+
+    name: str
+    attn_implementation: str
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    rejected: str | None = None
+
+
+# Until serving/attention.py (the model-level implementations) lands: the two every transformers model has.
+_BUILTIN = {"eager": "eager", "sdpa": "sdpa"}
+DEFAULT_IMPLS = ("eager", "sdpa")
+
+
+def resolve_impls(spec: str | None, device: str) -> list[ModelImpl]:
+    """`eager,sdpa,...` → implementations, eager first (the baseline); an unknown name is a UsageError."""
+    names = [n.strip() for n in (spec or ",".join(DEFAULT_IMPLS)).split(",") if n.strip()]
+    unknown = [n for n in names if n not in _BUILTIN]
+    if unknown:
+        raise UsageError(f"unknown attention implementation {unknown[0]!r}; known: {', '.join(_BUILTIN)}")
+    names = list(dict.fromkeys(names))
+    names.sort(key=lambda n: n != "eager")
+    return [ModelImpl(name=n, attn_implementation=_BUILTIN[n]) for n in names]
+
+
+# ---------------------------------------------------------------------------------------------- attention scope --
+
+@contextlib.contextmanager
+def attention_scope(model) -> Iterator[None]:
+    """Run the model's attention function inside `record_function(ATTENTION_RANGE)`, whatever its implementation.
+
+    transformers looks the function up by `config._attn_implementation` on every forward; a local override on the
+    shared `ALL_ATTENTION_FUNCTIONS` instance wraps it without changing the name (so the mask it builds is the same).
+    """
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    name = model.config._attn_implementation
+    modeling = sys.modules[type(model).__module__]
+    inner = ALL_ATTENTION_FUNCTIONS.get_interface(name, getattr(modeling, "eager_attention_forward", None))
+    if inner is None:
+        raise RuntimeError(f"no attention function for {name!r} in {modeling.__name__}")
+
+    def scoped(*args, **kwargs):
+        with record_function(ATTENTION_RANGE):
+            return inner(*args, **kwargs)
+
+    local = ALL_ATTENTION_FUNCTIONS._local_mapping
+    previous = local.get(name)
+    local[name] = scoped
+    try:
+        yield
+    finally:
+        if previous is None:
+            local.pop(name, None)
+        else:
+            local[name] = previous
+
+
+def _subtree(event) -> Iterator:
+    yield event
+    for child in event.cpu_children:
+        yield from _subtree(child)
+
+
+def _kernels(event) -> Iterator:
+    for e in _subtree(event):
+        yield from e.kernels
+
+
+def _cpu_leaves(event, parents: tuple[str, ...] = ()) -> Iterator[tuple[str, tuple[str, ...], float]]:
+    """(op, parents, ms) for the ops that do work under `event`; a fused attention op counts whole."""
+    from attnprof.profiling.classify import classify_cpu, is_metadata
+
+    for child in event.cpu_children:
+        name = child.name
+        if is_metadata(name):
+            continue
+        role = classify_cpu(name, parents)
+        working = [c for c in child.cpu_children if not is_metadata(c.name)]
+        if role.role == "fused_attention" or not working:
+            yield name, parents, child.cpu_time_total / 1e3
+        else:
+            yield from _cpu_leaves(child, parents + (name,))
+
+
+def profile_share(step: Callable[[], object], model, device: str, *, steps: int = 2) -> Share:
+    """Profile `steps` calls of `step` (already warmed up) and split each into attention / the rest."""
+    from attnprof.profiling.classify import classify_cpu, classify_gpu
+
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with attention_scope(model), profile(activities=activities) as prof:
+        for _ in range(steps):
+            with record_function(STEP_RANGE):
+                step()
+        if cuda:
+            torch.cuda.synchronize(device)
+    cpu_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
+    step_events = [e for e in cpu_events if e.name == STEP_RANGE]
+    roles: dict[str, float] = {}
+    backends: set[str] = set()
+    attention = busy = 0.0
+    for s in step_events:
+        attn_events = [e for e in _subtree(s) if e.name == ATTENTION_RANGE]
+        if cuda:
+            busy += sum(k.duration for k in _kernels(s)) / 1e3
+            for a in attn_events:
+                for k in _kernels(a):
+                    c = classify_gpu(k.name)
+                    roles[c.role] = roles.get(c.role, 0.0) + k.duration / 1e3
+                    attention += k.duration / 1e3
+                    if c.backend:
+                        backends.add(c.backend)
+        else:
+            busy += s.cpu_time_total / 1e3
+            for a in attn_events:
+                attention += a.cpu_time_total / 1e3
+                for name, parents, ms in _cpu_leaves(a):
+                    c = classify_cpu(name, parents)
+                    roles[c.role] = roles.get(c.role, 0.0) + ms
+                    if c.backend:
+                        backends.add(c.backend)
+    n = max(1, len(step_events))
+    return Share(attention_ms=attention / n, busy_ms=busy / n,
+                 roles={k: v / n for k, v in sorted(roles.items())}, backends=tuple(sorted(backends)),
+                 basis="gpu-kernels" if cuda else "cpu-ops")
+
+
+# ------------------------------------------------------------------------------------------- prefill and decode --
+
+def _prompt(config, batch: int, context: int, device: str, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(3, config.vocab_size, (batch, context), generator=gen).to(device)  # [B, S]
+
+
+def _peak_reset(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_mib(device: str) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.startswith("cuda") else None
+
+
+def measure_prefill(model, impl: str, *, batch: int, context: int, device: str, seed: int = 0, reps: int = 5,
+                    share: bool = True) -> Point:
+    """One forward over `[batch, context]` prompt tokens that fills the KV cache; tokens/s from the median call."""
+    ids = _prompt(model.config, batch, context, device, seed)  # [B, S]
+
+    def step():
+        return model(input_ids=ids, use_cache=True, logits_to_keep=1)
+
+    try:
+        _peak_reset(device)
+        with torch.inference_mode():
+            out = step()
+            cached = _cache_of(out).get_seq_length()
+            if tuple(out.logits.shape[:2]) != (batch, 1) or cached != context:
+                raise CheckFailed(f"prefill {impl}: cache holds {cached} tokens and logits {tuple(out.logits.shape)} "
+                                  f"for a [{batch}, {context}] prompt")
+            del out
+            timing = time_call(step, device, warmup=1, reps=reps)
+            peak = _peak_mib(device)
+            prof = profile_share(step, model, device, steps=1) if share else None
+    except torch.OutOfMemoryError as exc:
+        return _oom(impl, "prefill", batch, context, exc, device)
+    tokens = batch * cached
+    return Point(impl=impl, mode="prefill", batch=batch, context=context, tokens=tokens,
+                 seconds=timing.p50 / 1e3, step_ms=timing.p50, share=prof, peak_mib=peak)
+
+
+class _TokenClock:
+    """A `generate` streamer that only notes when each new token reached the host (the put is after a sync)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.first_put = True
+
+    def put(self, value) -> None:
+        if self.first_put:  # generate hands over the prompt first
+            self.first_put = False
+            return
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def measure_decode(model, impl: str, *, batch: int, context: int, new_tokens: int, device: str, seed: int = 0,
+                   share: bool = True) -> Point:
+    """`model.generate` (greedy, KV cache) of `new_tokens` per row after a `[batch, context]` prompt."""
+    ids = _prompt(model.config, batch, context, device, seed)  # [B, S]
+    mask = torch.ones_like(ids)
+    kw = dict(attention_mask=mask, do_sample=False, pad_token_id=0, eos_token_id=None)
+    try:
+        _peak_reset(device)
+        with torch.inference_mode():
+            model.generate(ids, max_new_tokens=2, min_new_tokens=2, **kw)  # warm-up, same shapes
+            clock = _TokenClock()
+            out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, streamer=clock, **kw)
+            peak = _peak_mib(device)
+            generated = out[:, context:]  # [B, new]
+            if generated.shape != (batch, new_tokens) or len(clock.times) != new_tokens:
+                raise CheckFailed(f"decode {impl}: asked for {new_tokens} new tokens per row, got "
+                                  f"{tuple(generated.shape)} ({len(clock.times)} streamed)")
+            del out
+            prof = _decode_share(model, ids, device) if share else None
+    except torch.OutOfMemoryError as exc:
+        return _oom(impl, "decode", batch, context, exc, device, new_tokens)
+    gaps = [(b - a) * 1e3 for a, b in zip(clock.times, clock.times[1:])]
+    tokens = int(generated.numel()) - batch  # the first new token is the prefill's: not timed as decode
+    return Point(impl=impl, mode="decode", batch=batch, context=context, new_tokens=new_tokens, tokens=tokens,
+                 seconds=clock.times[-1] - clock.times[0], step_ms=percentile(gaps, 50),
+                 itl_ms={"p50": percentile(gaps, 50), "p99": percentile(gaps, 99)}, share=prof, peak_mib=peak)
+
+
+def _decode_share(model, ids: torch.Tensor, device: str) -> Share:
+    """Profile single-token steps against a KV cache of the prompt's length (it grows by one per step)."""
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+    cache = _cache_of(out)
+    nxt = out.logits[:, -1:].argmax(-1)  # [B, 1]
+    cache_kw = _cache_kwarg(model)
+
+    def step():
+        nonlocal nxt
+        o = model(input_ids=nxt, use_cache=True, **{cache_kw: cache})
+        nxt = o.logits[:, -1:].argmax(-1)
+
+    step()  # warm-up
+    return profile_share(step, model, device, steps=2)
+
+
+def _cache_of(out):
+    """The KV cache of a forward's output: `cache` from transformers 5.2x, `past_key_values` before."""
+    cache = out.get("cache")
+    return cache if cache is not None else out.get("past_key_values")
+
+
+def _cache_kwarg(model) -> str:
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _oom(impl: str, mode: str, batch: int, context: int, exc: BaseException, device: str, new: int = 0) -> Point:
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
+    return Point(impl=impl, mode=mode, batch=batch, context=context, new_tokens=new, status="oom", reason=first[:200])
