@@ -1,0 +1,69 @@
+"""Two bench result files side by side: a ratio per matching cell, and regressions beyond the run-to-run spread.
+
+A cell is matched by its key (variant + workload), so results from two machines, two torch versions or two
+commits compare cell by cell. Each side brings its own spread: the p20–p80 band of its repetitions. A cell
+counts as slower only when the bands do not overlap (B's p20 above A's p80) *and* the medians differ by more
+than `min_change`; the same rule the other way is an improvement. Anything in between is noise, and called so.
+A cell that ran in A and fails in B (oom, error, rejected) is a regression too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Verdict = Literal["regression", "improvement", "same", "status-change", "only-in-a", "only-in-b", "not-comparable"]
+
+
+@dataclass(frozen=True)
+class Pair:
+    key: str
+    variant: str
+    label: str
+    a: dict[str, Any] | None
+    b: dict[str, Any] | None
+    ratio: float | None  # B p50 / A p50: > 1 means B is slower
+    verdict: Verdict
+    why: str
+
+    def to_json(self) -> dict:
+        lat = lambda r: (r or {}).get("latency_ms")  # noqa: E731
+        return {"key": self.key, "variant": self.variant, "workload": self.label, "ratio_b_over_a": self.ratio,
+                "verdict": self.verdict, "why": self.why, "a_status": (self.a or {}).get("status"),
+                "b_status": (self.b or {}).get("status"), "a_latency_ms": lat(self.a), "b_latency_ms": lat(self.b)}
+
+
+def judge(a: dict[str, Any], b: dict[str, Any], min_change: float) -> tuple[float | None, Verdict, str]:
+    if a["status"] != "ok" or b["status"] != "ok":
+        if a["status"] == "ok":
+            return None, "regression", f"ran in A, {b['status']} in B: {b.get('reason')}"
+        if b["status"] == "ok":
+            return None, "improvement", f"{a['status']} in A, runs in B"
+        return None, "not-comparable", f"{a['status']} in A, {b['status']} in B"
+    la, lb = a["latency_ms"], b["latency_ms"]
+    ratio = lb["p50"] / la["p50"]
+    if lb["p20"] > la["p80"] and ratio > 1 + min_change:
+        return ratio, "regression", (f"B p20 {lb['p20']:.4g} ms > A p80 {la['p80']:.4g} ms; "
+                                     f"median {(ratio - 1) * 100:.0f}% slower")
+    if lb["p80"] < la["p20"] and ratio < 1 - min_change:
+        return ratio, "improvement", (f"B p80 {lb['p80']:.4g} ms < A p20 {la['p20']:.4g} ms; "
+                                      f"median {(1 - ratio) * 100:.0f}% faster")
+    return ratio, "same", "within the run-to-run spread"
+
+
+def compare(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], *, min_change: float = 0.05) -> list[Pair]:
+    """Every key of A (in A's order), then those only in B."""
+    a = {r["key"]: r for r in rows_a}
+    b = {r["key"]: r for r in rows_b}
+    out: list[Pair] = []
+    for key, ra in a.items():
+        rb = b.get(key)
+        if rb is None:
+            out.append(Pair(key, ra["variant"], ra.get("label", ""), ra, None, None, "only-in-a", "no such cell in B"))
+            continue
+        ratio, verdict, why = judge(ra, rb, min_change)
+        out.append(Pair(key, ra["variant"], ra.get("label", ""), ra, rb, ratio, verdict, why))
+    for key, rb in b.items():
+        if key not in a:
+            out.append(Pair(key, rb["variant"], rb.get("label", ""), None, rb, None, "only-in-b", "no such cell in A"))
+    return out

@@ -1,0 +1,130 @@
+"""The bench results file: JSON Lines, one cell per line, appended whole as each cell finishes.
+
+A sweep can take an hour and be killed at any point, so the file is written line by line: each line goes out in
+one `write` on an `O_APPEND` descriptor and is `fsync`ed before the next cell starts; a write that fails part way
+(a full disk) is cut back off, so a reader never sees half a row. A process killed inside that one write can
+still leave a torn last line with no newline: `read_results` drops it (and says so), and `--resume` redoes that
+cell. Every row carries `schema` ("attnprof.bench/1") and its own `provenance`.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from attnprof.errors import UsageError
+
+SCHEMA = "attnprof.bench/1"
+STATUSES = ("ok", "rejected", "oom", "error")
+
+
+def results_path(path: Path) -> Path:
+    """A results file, or a folder holding `results.jsonl`."""
+    path = Path(path)
+    return path / "results.jsonl" if path.is_dir() else path
+
+
+def append_line(path: Path, row: dict[str, Any]) -> None:
+    """Append one JSON line whole, or not at all; a full disk is one clear UsageError."""
+    data = (json.dumps(row, separators=(",", ":"), default=str) + "\n").encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise UsageError(f"cannot write results file {path}: {exc.strerror or exc}") from None
+    try:
+        before = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.fsync(fd)
+        except OSError as exc:
+            _cut_back(fd, before)
+            if exc.errno == errno.ENOSPC:
+                raise UsageError(f"disk full while writing {path}: no space left on device (the file keeps every "
+                                 "complete row; free space and rerun with --resume)") from None
+            raise UsageError(f"cannot write results file {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _cut_back(fd: int, size: int) -> None:
+    """Drop a partly written line (regular files only; a device like /dev/full has nothing to cut)."""
+    try:
+        if os.fstat(fd).st_size > size:
+            os.ftruncate(fd, size)
+    except OSError:
+        pass  # not a regular file, or the disk is gone too: the reader drops a torn last line anyway
+
+
+def read_results(path: Path, *, strict_tail: bool = False) -> tuple[list[dict[str, Any]], str | None]:
+    """Rows of a results file and a note about a dropped torn last line (None if there was none).
+
+    A row of another schema, or a broken line that is not the last one, is a UsageError naming the line.
+    """
+    path = results_path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such results file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    lines = raw.split(b"\n")
+    rows: list[dict[str, Any]] = []
+    note = None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        last = number == len(lines)  # no newline after it: the torn tail of a killed write
+        try:
+            row = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if last and not strict_tail:
+                note = f"{path}: dropped a torn last line ({len(line)} bytes, no newline): its cell will be redone"
+                continue
+            raise UsageError(f"{path}, line {number}: not a JSON row ({exc})") from None
+        schema = row.get("schema") if isinstance(row, dict) else None
+        if schema != SCHEMA:
+            raise UsageError(f"{path}, line {number}: schema {schema!r} is not {SCHEMA} "
+                             "(a results file from another attnprof version)")
+        rows.append(row)
+    return rows, note
+
+
+def rewrite_without_tail(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace the file with its complete rows only (write, then rename), before a resumed sweep appends."""
+    from attnprof.report.records import write_atomic
+
+    text = "".join(json.dumps(r, separators=(",", ":"), default=str) + "\n" for r in rows)
+    write_atomic(path, text)
+
+
+def baseline_key(row: dict[str, Any], baseline: str) -> str:
+    from attnprof.bench.spec import cell_key
+
+    return cell_key(baseline, row["workload"])
+
+
+def speedups(row: dict[str, Any], done: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """p50 of `naive` (and of `sdpa`) on the same workload over this row's p50; None when either did not run."""
+    out: dict[str, float | None] = {}
+    for base in ("naive", "sdpa"):
+        ref = done.get(baseline_key(row, base))
+        mine, theirs = _p50(row), _p50(ref) if ref else None
+        out[f"vs_{base}"] = theirs / mine if mine and theirs else None
+    return out
+
+
+def with_speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with `speedup` recomputed over the whole file (a resumed sweep may have run the baseline later)."""
+    done = {r["key"]: r for r in rows if r.get("status") == "ok"}
+    return [{**r, "speedup": speedups(r, done)} for r in rows]
+
+
+def _p50(row: dict[str, Any] | None) -> float | None:
+    if not row or row.get("status") != "ok" or not row.get("latency_ms"):
+        return None
+    return row["latency_ms"].get("p50")

@@ -1,0 +1,78 @@
+"""`attnprof compare A B`: two bench result files side by side, a ratio per cell, regressions flagged.
+
+A regression is a cell whose latency bands (p20–p80) do not overlap and whose median moved by more than
+`--min-change`, or a cell that ran in A and fails in B. `--fail-on-regression` turns any into exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnprof.commands.common import add_output_args, emit_json, out_dir
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compare", help="compare two bench result files; flag regressions beyond the spread",
+                       description=__doc__)
+    p.add_argument("a", type=Path, help="baseline: results.jsonl or the folder holding it")
+    p.add_argument("b", type=Path, help="candidate: results.jsonl or the folder holding it")
+    p.add_argument("--min-change", type=float, default=0.05,
+                   help="smallest relative change of the median that counts (default 0.05 = 5%%)")
+    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any cell regressed")
+    add_output_args(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from attnprof.bench.compare import compare
+    from attnprof.bench.results import read_results, results_path
+    from attnprof.errors import CheckFailed, UsageError
+    from attnprof.report.records import provenance, write_json
+    from attnprof.report.render import err, fmt, out
+
+    if not 0 <= args.min_change < 1:
+        raise UsageError(f"--min-change must be in [0, 1), got {args.min_change}")
+    rows_a, note_a = read_results(args.a)
+    rows_b, note_b = read_results(args.b)
+    for note in (note_a, note_b):
+        if note:
+            err.print(f"[yellow]{note}[/yellow]")
+    pairs = compare(rows_a, rows_b, min_change=args.min_change)
+    if not any(p.a and p.b for p in pairs):
+        raise UsageError(f"{results_path(args.a)} and {results_path(args.b)} share no cell (variant + workload)")
+    dev = lambda rows: (rows[0].get("provenance") or {}).get("device") if rows else None  # noqa: E731
+    table = Table(title=f"A = {results_path(args.a)} ({dev(rows_a)})   B = {results_path(args.b)} ({dev(rows_b)})")
+    for h in ("variant", "workload", "A p50 ms (p20–p80)", "B p50 ms (p20–p80)", "B / A", "verdict", "why"):
+        table.add_column(h, overflow="fold")
+    style = {"regression": "bold red", "improvement": "green", "status-change": "yellow"}
+    for p in pairs:
+        table.add_row(p.variant, p.label, _lat(p.a, fmt), _lat(p.b, fmt), fmt(p.ratio, ".3f"), p.verdict, p.why,
+                      style=style.get(p.verdict))
+    out.print(table)
+    regressions = [p for p in pairs if p.verdict == "regression"]
+    folder = out_dir(args, "compare")
+    data = {"schema": "attnprof.compare/1", "provenance": provenance("cpu", seed=None),
+            "a": str(results_path(args.a)), "b": str(results_path(args.b)), "min_change": args.min_change,
+            "regressions": len(regressions), "cells": [p.to_json() for p in pairs]}
+    write_json(folder / "compare.json", data)
+    err.print(f"compare: {folder}/compare.json")
+    counts = {v: sum(p.verdict == v for p in pairs) for v in dict.fromkeys(p.verdict for p in pairs)}
+    out.print(" · ".join(f"{v}: {n}" for v, n in counts.items()))
+    emit_json(args, {"schema": "attnprof.compare/1", "out": str(folder), "counts": counts,
+                     "regressions": [p.key for p in regressions]})
+    if regressions and args.fail_on_regression:
+        raise CheckFailed(f"{len(regressions)} cell(s) slower beyond the run-to-run spread: "
+                          + "; ".join(f"{p.key} ({p.why})" for p in regressions[:5]))
+    return 0
+
+
+def _lat(row, fmt) -> str:
+    if row is None:
+        return "–"
+    if row["status"] != "ok":
+        return row["status"]
+    lat = row["latency_ms"]
+    return f"{fmt(lat['p50'], '.4g')} ({fmt(lat['p20'], '.3g')}–{fmt(lat['p80'], '.3g')})"

@@ -1,0 +1,40 @@
+"""`attnprof report DIR`: a bench folder (or results file) → PNG pictures, one self-contained HTML page, markdown."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnprof.commands.common import emit_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="pictures, an HTML page and a markdown page from a bench results file",
+                       description=__doc__)
+    p.add_argument("source", type=Path, help="a bench folder holding results.jsonl, or the JSONL file itself")
+    p.add_argument("--out", type=Path, default=None, help="where to write the report (default: next to the results)")
+    p.add_argument("--json", action="store_true", help="print one machine-readable JSON line last")
+    p.add_argument("--device", default="cpu", help="ignored: a report only reads files (kept for a uniform CLI)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnprof.bench.results import read_results, results_path, with_speedups
+    from attnprof.errors import UsageError
+    from attnprof.report.html import write_report
+    from attnprof.report.render import err
+
+    source = results_path(args.source)
+    rows, note = read_results(source)
+    if note:
+        err.print(f"[yellow]{note}[/yellow]")
+    if not rows:
+        raise UsageError(f"{source} holds no results yet")
+    folder = Path(args.out) if args.out else source.parent
+    with err.status("drawing …"):
+        paths = write_report(with_speedups(rows), folder, source.name)
+    err.print(f"report: {folder}/report.html (self-contained), report.md, " +
+              ", ".join(p.name for p in paths if p.suffix == ".png"))
+    emit_json(args, {"schema": "attnprof.report/1", "source": str(source), "out": str(folder),
+                     "files": [str(p) for p in paths], "cells": len(rows)})
+    return 0
