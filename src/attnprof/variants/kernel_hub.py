@@ -27,6 +27,7 @@ from attnprof.errors import UsageError
 from attnprof.variants.base import Accepted, Rejected, Support, Variant
 from attnprof.workload import Inputs, Workload
 
+ATTN_IMPLEMENTATION = "attnprof_kernel"  # the `attn_implementation` name we register
 DEFAULT_REPO = Path(__file__).resolve().parents[3] / "kernels" / "flash-triton"
 _HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<ref>[\w./-]+))?$")
 
@@ -176,13 +177,13 @@ def supports(workload: Workload) -> Support:
     module = load()
     if isinstance(module, Rejected):
         return module
-    if on_cpu and not getattr(module, "INTERPRETED", False):
-        return Rejected("kernel: this kernel module was loaded without Triton's interpreter and cannot run on "
-                        "the CPU (TRITON_INTERPRET=1 must be set before the kernel is loaded)")
     head_dims = getattr(module, "SUPPORTED_HEAD_DIMS", None)
     if head_dims is not None and workload.head_dim not in head_dims:
         return Rejected(f"kernel: head dim {workload.head_dim} is not supported by {_current.label()} "
                         f"(supported: {', '.join(map(str, head_dims))})")
+    if on_cpu and not getattr(module, "INTERPRETED", False):
+        return Rejected("kernel: this kernel module was loaded without Triton's interpreter and cannot run on "
+                        "the CPU (TRITON_INTERPRET=1 must be set before the kernel is loaded)")
     note = "" if head_dims is not None else "head-dim and dtype limits are the kernel's own"
     return Accepted(note)
 
@@ -241,7 +242,8 @@ def register_transformers_attention(spec: KernelSpec | None = None) -> str | Rej
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
-    name = "kernel_" + _kernel_name(module)
+    # One fixed name: transformers treats any name containing "flash" as a flash-attn package to import.
+    name = ATTN_IMPLEMENTATION
     AttentionInterface.register(name, transformers_attention)
     # flash-attn's mask rule: None for unpadded batches, the 2-D padding mask otherwise (which we then refuse)
     AttentionMaskInterface.register(name, flash_attention_mask)
@@ -251,12 +253,3 @@ def register_transformers_attention(spec: KernelSpec | None = None) -> str | Rej
 def configure_spec(spec: KernelSpec) -> None:
     global _current
     _current = spec
-
-
-def _kernel_name(module: ModuleType) -> str:
-    from kernels import get_loaded_kernels
-
-    for loaded in get_loaded_kernels():
-        if loaded.module is module:
-            return loaded.metadata.name.python_name
-    return "hub"

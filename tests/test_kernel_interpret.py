@@ -1,0 +1,204 @@
+"""flash-triton's real Triton program on the CPU, through Triton's interpreter, against the fp64 oracle.
+
+TRITON_INTERPRET=1 must be set before Triton is first imported (Triton's own `@jit` helpers such as `tl.max`
+are decorated then), so the kernel runs in a child interpreter started with it: this file is also that child
+(`python tests/test_kernel_interpret.py` prints one JSON line of measured errors); the tests below assert on it.
+The child loads a copy of the repo through `kernels.get_local_kernel` and the registry's `kernel` variant.
+Numerics rule: the kernel's norm-relative error against `reference_attention` is at most twice that of plain
+eager attention (`naive`) in the same dtype. fp16 only: the interpreter gets bf16 `tl.dot` wrong (relative error
+~1e9 on a case that is right on the H200), so bf16 is checked on the GPU (test_kernel_cuda.py).
+Bad inputs are refused before launch, so those tests run here, on a module loaded without the interpreter.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+REPO = ROOT / "kernels" / "flash-triton"
+
+SHAPES = [  # (B, Hq, Hkv, Sq, Sk, D, causal): odd lengths, GQA, Sq != Sk both ways, decode
+    (1, 2, 2, 97, 97, 64, True),
+    (2, 4, 2, 100, 130, 64, True),
+    (1, 2, 1, 150, 60, 64, True),
+    (1, 2, 2, 1, 77, 128, True),
+    (2, 2, 2, 65, 200, 128, False),
+    (1, 4, 1, 129, 129, 128, False),
+]
+CONFIGS = {"default": None, "tma-32x32": (32, 32, 4, 2, True), "ptr-64x32": (64, 32, 4, 2, False)}
+
+
+def shape_id(s) -> str:
+    return "x".join(map(str, s[:6])) + ("-causal" if s[6] else "-full")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The child: runs with TRITON_INTERPRET=1 from its first import on.
+# ---------------------------------------------------------------------------------------------------------------
+def _child() -> dict:
+    import torch
+
+    from attnprof.variants import VARIANTS, kernel_hub
+    from attnprof.variants.naive import naive_attention
+    from attnprof.variants.reference import reference_attention
+    from attnprof.workload import Inputs, Workload
+
+    def rel_err(out, ref):
+        return ((out.double().nan_to_num(nan=float("inf")) - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+    def eager_err(inputs, ref):
+        out = naive_attention(inputs).double()
+        if inputs.valid is not None:  # eager gives NaN in rows that see no key
+            out = out.masked_fill(~inputs.valid.any(-1, keepdim=True), 0.0)
+        return rel_err(out, ref)
+
+    kernel_hub.configure(str(REPO))
+    mod = kernel_hub.load()
+    results: dict = {"interpreted": bool(mod.INTERPRETED)}
+    for shape in SHAPES:
+        b, hq, hkv, sq, sk, d, causal = shape
+        w = Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype="fp16", causal=causal)
+        inputs = w.make_inputs(seed=sq * 7 + sk)
+        ref = reference_attention(inputs)
+        base = eager_err(inputs, ref)
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))  # -> [B, S, H, D]
+        for name, cfg in CONFIGS.items():
+            config = mod.Config(*cfg) if cfg else None
+            out = mod.attention(q, k, v, inputs.scale, causal, config=config).transpose(1, 2)  # -> [B, H, S, D]
+            blind = max(0, sq - sk) if causal else 0  # rows that see no key
+            results[f"{shape_id(shape)}/{name}"] = {
+                "err": rel_err(out, ref), "eager": base, "shape_ok": tuple(out.shape) == tuple(ref.shape),
+                "dtype": str(out.dtype), "blind_rows_zero": bool((out[:, :, :blind] == 0).all())}
+
+    w = Workload(batch=1, heads=2, seq=40, head_dim=64, dtype="fp16", causal=False)
+    inputs = w.make_inputs(seed=3)
+    scaled = Inputs(inputs.q, inputs.k, inputs.v, causal=False, scale=0.3)
+    ref = reference_attention(scaled)
+    q, k, v = (t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))
+    out = mod.flash_attn_func(q, k, v, softmax_scale=0.3, causal=False).transpose(1, 2)
+    results["softmax_scale"] = {"err": rel_err(out, ref), "eager": eager_err(scaled, ref)}
+
+    for transposed in (False, True):
+        w = Workload(batch=2, heads=4, kv_heads=2, seq=70, kv_seq=90, head_dim=64, dtype="fp16",
+                     transposed=transposed)
+        verdict = VARIANTS["kernel"].supports(w)
+        inputs = w.make_inputs(seed=11)
+        ref = reference_attention(inputs)
+        out = VARIANTS["kernel"](inputs)
+        results[f"variant/transposed={transposed}"] = {"accepted": verdict.ok, "err": rel_err(out, ref),
+                                                       "eager": eager_err(inputs, ref)}
+    results["transformers"] = _child_transformers(kernel_hub, rel_err)
+    return results
+
+
+def _child_transformers(kernel_hub, rel_err) -> dict:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    name = kernel_hub.register_transformers_attention()
+    cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=64, vocab_size=97, max_position_embeddings=64)
+    torch.manual_seed(0)
+    models = {}
+    for label, dtype, impl in (("ours", torch.float16, name), ("eager16", torch.float16, "eager"),
+                               ("ref", torch.float64, "eager")):
+        model = LlamaForCausalLM(copy.deepcopy(cfg)).eval()  # own config: set_attn_implementation writes to it
+        if models:
+            model.load_state_dict(models["ours"].state_dict())
+        model = model.to(dtype)
+        model.set_attn_implementation(impl)
+        models[label] = model
+    ids = torch.randint(0, 97, (2, 37))
+    with torch.no_grad():
+        want = models["ref"](ids).logits
+        got, base = models["ours"](ids).logits, models["eager16"](ids).logits
+        mask = torch.ones_like(ids)
+        mask[0, :5] = 0
+        try:
+            models["ours"](ids, attention_mask=mask)
+            padded = "ran"
+        except ValueError as e:
+            padded = str(e)
+    used = models["ours"].config._attn_implementation
+    return {"name": name, "used": used, "err": rel_err(got, want), "eager": rel_err(base, want), "padded": padded}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The tests
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def interp() -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
+                                                                                 os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_child_ran_the_interpreter(interp):
+    assert interp["interpreted"]
+
+
+@pytest.mark.parametrize("cfg", list(CONFIGS))
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_matches_oracle_within_twice_eager(interp, shape, cfg):
+    r = interp[f"{shape_id(shape)}/{cfg}"]
+    assert r["shape_ok"] and r["dtype"] == "torch.float16"
+    assert r["err"] <= 2 * r["eager"], f"kernel error {r['err']:.3g} > 2 x eager fp16 error {r['eager']:.3g}"
+    assert r["blind_rows_zero"], "rows that see no key must be zeros"
+
+
+def test_softmax_scale_is_used(interp):
+    r = interp["softmax_scale"]
+    assert r["err"] <= 2 * r["eager"]
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_kernel_variant_through_registry(interp, transposed):
+    r = interp[f"variant/transposed={transposed}"]
+    assert r["accepted"] and r["err"] <= 2 * r["eager"]
+
+
+def test_transformers_attention_implementation(interp):
+    r = interp["transformers"]
+    assert r["name"] == r["used"] == "attnprof_kernel"
+    assert r["err"] <= 2 * r["eager"], r
+    assert "padding" in r["padded"]
+
+
+def _tensors(b=1, sq=16, sk=16, hq=2, hkv=2, d=64, dtype=torch.float16):
+    return (torch.randn(b, sq, hq, d, dtype=dtype), torch.randn(b, sk, hkv, d, dtype=dtype),
+            torch.randn(b, sk, hkv, d, dtype=dtype))
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: _tensors(dtype=torch.float32), "float16 and bfloat16 only"),
+    (lambda: _tensors(d=96), "head dim 96 is not supported"),
+    (lambda: _tensors(hq=3, hkv=2), "multiple of kv heads"),
+    (lambda: (lambda q, k, v: (q.transpose(1, 2), k, v))(*_tensors()), "not contiguous"),
+    (lambda: (lambda q, k, v: (q, k, v[:, :8].contiguous()))(*_tensors()), "same shape"),
+    (lambda: (lambda q, k, v: (q, k[..., :32].contiguous(), v[..., :32].contiguous()))(*_tensors()), "head dim of q"),
+    (lambda: (lambda q, k, v: (q[0], k, v))(*_tensors()), "must be 4-D"),
+    (lambda: _tensors(), "TRITON_INTERPRET=1"),  # valid tensors, but this process has no interpreter
+], ids=["fp32", "d96", "gqa", "strided", "kv-shapes", "kv-head-dim", "3d", "cpu-no-interpreter"])
+def test_bad_inputs_refused_before_launch(make, words):
+    from kernels import get_local_kernel
+
+    mod = get_local_kernel(REPO)
+    if mod.INTERPRETED:
+        pytest.skip("this process runs Triton's interpreter; the refusal of CPU tensors is not reachable")
+    with pytest.raises(ValueError, match=words):
+        mod.flash_attn_func(*make())
+
+
+if __name__ == "__main__":
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run the child with TRITON_INTERPRET=1"
+    print(json.dumps(_child()))
