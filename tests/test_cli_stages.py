@@ -85,3 +85,20 @@ def test_user_function_with_wrong_output_shape_is_exit_2(tmp_path):
     run = subprocess.run([sys.executable, "-m", "attnprof", "stages", *TINY, "--variants", "mine:attn",
                           "--out", str(tmp_path / "r")], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 2 and "expected a tensor of shape" in run.stderr
+
+
+def test_a_stage_that_runs_out_of_memory_is_reported_and_the_others_still_run(tmp_path):
+    (tmp_path / "greedy.py").write_text(
+        "import torch\n"
+        "def attn(q, k, v, *, causal, scale):\n"
+        "    torch.empty(1 << 50, dtype=torch.uint8)  # a petabyte: the allocator refuses\n"
+        "    return q\n")
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + str(tmp_path)}
+    run = subprocess.run([sys.executable, "-m", "attnprof", "stages", *TINY, "--variants", "greedy:attn,sdpa",
+                          "--out", str(tmp_path / "r"), "--json", "--device", "cpu"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    stages = {s["variant"]: s for s in json.loads(run.stdout.strip().splitlines()[-1])["stages"]}
+    assert stages["greedy:attn"]["status"] == "oom"
+    assert "1125899906842624 bytes" in stages["greedy:attn"]["reason"]  # the bytes it asked for
+    assert stages["sdpa"]["status"] == "ok"

@@ -1,7 +1,7 @@
 """The oracle: attention in float64, the definition of correct for every variant on every device.
 
 Computed on the inputs' device (float64 runs everywhere, and on a GPU it keeps big references fast) in chunks of
-batch × heads so the `[Sq, Sk]` score matrices stay under ~512 MiB at any size. Rows that see no key at all come
+batch × heads × query rows so the score matrices stay under ~512 MiB at any size. Rows that see no key at all come
 out as zeros, the convention of FlashAttention and of every fused SDPA backend.
 """
 
@@ -26,21 +26,22 @@ def reference_attention(inputs: Inputs) -> torch.Tensor:
         keep = inputs.attn_mask
     additive = inputs.attn_mask if inputs.attn_mask is not None and inputs.attn_mask.is_floating_point() else None
     out = torch.empty(b, hq, sq, d, dtype=torch.float64, device=q.device)
-    heads_per_chunk = max(1, min(hq, _CHUNK_BYTES // (sq * sk * 8)))
+    rows = max(1, min(sq, _CHUNK_BYTES // (sk * 8)))  # query rows per chunk: one head's scores within budget
+    heads_per_chunk = max(1, min(hq, _CHUNK_BYTES // (rows * sk * 8)))
     for bi in range(b):
         for h0 in range(0, hq, heads_per_chunk):
             h1 = min(hq, h0 + heads_per_chunk)
-            qc = q[bi, h0:h1]  # (h, Sq, D)
             kv_idx = torch.arange(h0, h1, device=q.device) // groups
             kc, vc = k[bi, kv_idx], v[bi, kv_idx]  # (h, Sk, D)
-            scores = torch.matmul(qc, kc.transpose(-2, -1)) * inputs.scale  # (h, Sq, Sk)
-            if additive is not None:
-                scores = scores + additive[bi].to(torch.float64)
-            if keep is not None:
-                scores = scores.masked_fill(~keep[bi], float("-inf"))
-            probs = torch.softmax(scores, dim=-1)
-            probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key → zeros
-            out[bi, h0:h1] = torch.matmul(probs, vc)
+            for r0 in range(0, sq, rows):
+                r1 = min(sq, r0 + rows)
+                scores = torch.matmul(q[bi, h0:h1, r0:r1], kc.transpose(-2, -1)) * inputs.scale  # (h, r, Sk)
+                if additive is not None:
+                    scores = scores + additive[bi, :, r0:r1].to(torch.float64)
+                if keep is not None:
+                    scores = scores.masked_fill(~keep[bi, :, r0:r1], float("-inf"))
+                probs = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)  # rows with no visible key → 0
+                out[bi, h0:h1, r0:r1] = torch.matmul(probs, vc)
     return out
 
 
