@@ -75,7 +75,15 @@ def tflops(b, h, s, d, ms, causal=True) -> float:
     return 4 * b * h * s * s * d / (2 if causal else 1) / ms / 1e9
 
 
-def candidates(mod, d: int) -> list:
+ROUND = {"1": "broad: BLOCK_M 128 x BLOCK_N 64/128 x warps 4/8 x stages 2/3/4 (TMA), pointer loads, 64x64",
+         "2": "around round 1's winners (64x64 w4 s3 tma; 128x128 w8 s3 tma)"}
+
+
+def candidates(mod, d: int, round_: str = "1") -> list:
+    if round_ == "2":
+        return [mod.Config(64, 64, 4, 3, True), mod.Config(64, 64, 4, 2, True), mod.Config(64, 128, 4, 2, True),
+                mod.Config(64, 128, 4, 3, True), mod.Config(64, 64, 4, 3, False), mod.Config(128, 128, 8, 3, True),
+                mod.Config(128, 128, 8, 3, False)]
     out = [mod.Config(128, bn, w, s, True) for bn in (64, 128) for w in (4, 8) for s in (2, 3, 4)]
     out += [mod.Config(128, 64, w, 3, False) for w in (4, 8)]
     out += [mod.Config(64, 64, 4, s, True) for s in (3, 4)]
@@ -86,6 +94,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--budget-s", type=float, default=300.0)
+    p.add_argument("--round", choices=sorted(ROUND), default="1", help="which candidate list (see ROUND)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -96,7 +105,7 @@ def main() -> int:
           flush=True)
     shapes = [(16, 1024), (4, 4096), (1, 16384)]
     heads = 16
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+    result = {"round": ROUND[args.round], "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "argv": sys.argv}
     result["check_default"] = check(mod, {})
     print("check default:", sum(r["ok"] for r in result["check_default"]), "/", len(result["check_default"]),
@@ -115,7 +124,7 @@ def main() -> int:
                 lambda: torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=True),
                 warmup=10, rep=40, return_mode="median")
             timings.append({"d": d, "b": b, "s": s, "impl": "sdpa-auto", "ms": ms, "tflops": tflops(b, heads, s, d, ms)})
-            for cfg in candidates(mod, d):
+            for cfg in candidates(mod, d, args.round):
                 if time.time() - t0 > args.budget_s:
                     timings.append({"d": d, "b": b, "s": s, "impl": cfg.label(), "error": "skipped: budget"})
                     continue
@@ -140,7 +149,7 @@ def main() -> int:
         if scored:
             winners[d] = max(scored)[1]
     result["winners"] = winners
-    cfg_of = {c.label(): c for d in (128, 64) for c in candidates(mod, d)}
+    cfg_of = {c.label(): c for d in (128, 64) for c in candidates(mod, d, args.round)}
     result["check_winners"] = check(mod, {d: [cfg_of[w]] for d, w in winners.items()})
     (args.out / "tune.json").write_text(json.dumps(result, indent=1))
 
