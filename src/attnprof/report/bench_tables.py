@@ -20,7 +20,7 @@ def _pct(row: dict[str, Any], key: str, ceiling_key: str) -> str:
     if row.get(key) is None:
         known = (row.get("ceilings") or {}).get(ceiling_key)
         return "unknown" if known is None else "–"
-    return f"{row[key]:.0f}%"
+    return f"{row[key]:.3g}%"
 
 
 def _x(value: float | None) -> str:
