@@ -179,3 +179,19 @@ def test_grid_cells_run_through_the_same_sweep(tmp_path: Path):
     summary = run_sweep(cells, tmp_path / "r.jsonl", reps=5, warmup=1)
     assert [r["variant"] for r in summary.rows] == ["naive", "sdpa"]
     assert summary.rows[1]["speedup"]["vs_naive"] > 0
+
+
+@pytest.mark.cuda
+def test_cuda_peak_memory_and_a_real_oom(tmp_path: Path):
+    small = Workload(batch=1, heads=4, seq=1024, head_dim=64, dtype="bf16", device="cuda")
+    huge = Workload(batch=1, heads=1, seq=2**20, head_dim=8, dtype="bf16", causal=False, device="cuda")  # 2 TiB scores
+    cells = [Cell(VARIANTS["naive"], small), Cell(VARIANTS["sdpa"], small), Cell(VARIANTS["naive"], huge),
+             Cell(VARIANTS["sdpa"], small.replace(seq=2048, kv_seq=2048))]
+    naive, sdpa, oom, after = run_sweep(cells, tmp_path / "r.jsonl", reps=10, warmup=2).rows
+    scores_mib = 1 * 4 * 1024 * 1024 * 2 / 2**20  # B·H·S²·2 bytes: naive must hold them, fused must not
+    assert naive["peak_mib"] >= scores_mib
+    out_mib = 1 * 4 * 1024 * 64 * 2 / 2**20
+    assert out_mib <= sdpa["peak_mib"] < scores_mib / 2
+    assert naive["latency_ms"]["method"] == "cuda-events"
+    assert oom["status"] == "oom" and "out of memory" in oom["reason"].lower()
+    assert after["status"] == "ok" and after["speedup"]["vs_sdpa"] == pytest.approx(1.0)
