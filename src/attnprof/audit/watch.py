@@ -18,6 +18,7 @@ Calls made while Dynamo traces (inside `torch.compile`) are not recorded: the co
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import sys
 from collections.abc import Iterator
@@ -289,6 +290,17 @@ def _flex_hop():
         return None
 
 
+def _kernel_name(obj) -> str:
+    """The Python function's name under Triton's wrappers (Autotuner → Heuristics → JITFunction → function)."""
+    for _ in range(5):
+        obj = getattr(obj, "fn", None)
+        if obj is None:
+            return ""
+        if inspect.isfunction(obj):
+            return obj.__name__
+    return ""
+
+
 @contextlib.contextmanager
 def _triton_tap(watcher: _Watcher) -> Iterator[None]:
     """While open, Triton launches of attention kernels (compiled flex, our Triton kernel) become records."""
@@ -311,16 +323,30 @@ def _triton_tap(watcher: _Watcher) -> Iterator[None]:
     except ImportError:
         pass
     try:
+        from triton.runtime.autotuner import Autotuner
         from triton.runtime.jit import JITFunction
 
+        tuning = [0]  # inside an autotuned launch: its benchmark launches are not separate calls
+
         def jit_run(self, *args, _orig=JITFunction.run, **kwargs):
-            name = getattr(getattr(self, "fn", None), "__name__", "")
-            if any(w in name.lower() for w in _ATTENTION_WORDS) and not kwargs.get("warmup"):
+            name = _kernel_name(self)
+            if not tuning[0] and not kwargs.get("warmup") and any(w in name.lower() for w in _ATTENTION_WORDS):
                 watcher.triton_launch(name, args)
             return _orig(self, *args, **kwargs)
 
-        patched.append((JITFunction, JITFunction.run))
+        def tuner_run(self, *args, _orig=Autotuner.run, **kwargs):
+            name = _kernel_name(self)
+            if not tuning[0] and any(w in name.lower() for w in _ATTENTION_WORDS):
+                watcher.triton_launch(name, args)
+            tuning[0] += 1
+            try:
+                return _orig(self, *args, **kwargs)
+            finally:
+                tuning[0] -= 1
+
+        patched += [(JITFunction, JITFunction.run), (Autotuner, Autotuner.run)]
         JITFunction.run = jit_run
+        Autotuner.run = tuner_run
     except ImportError:
         pass
     try:
