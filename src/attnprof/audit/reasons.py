@@ -49,10 +49,10 @@ def _preferred(device_type: str, index: int | None) -> str:
     return "cpu_flash" if device_type == "cpu" and name == "flash" else name
 
 
-def preferred_backend(device) -> str:
-    """What SDPA picks on this device for the friendliest inputs: the backend every call should get."""
+def preferred_backend(device) -> str | None:
+    """What SDPA picks on this device for the friendliest inputs (None on devices other than CPU and CUDA)."""
     d = torch.device(device)
-    return _preferred(d.type, d.index)
+    return _preferred(d.type, d.index) if d.type in ("cpu", "cuda") else None
 
 
 def ranked_backends(device) -> list[str]:
@@ -60,7 +60,8 @@ def ranked_backends(device) -> list[str]:
     first = preferred_backend(device)
     if not _is_cuda(device):
         return [first, "math"] if first != "math" else ["math"]
-    order = [_ENUM_NAME.get(SDPBackend(i)) for i in torch._C._get_sdp_priority_order()]
+    get_order = getattr(torch._C, "_get_sdp_priority_order", None)  # torch >= 2.6
+    order = [_ENUM_NAME.get(SDPBackend(i)) for i in get_order()] if get_order else ["flash", "efficient", "cudnn"]
     rest = [b for b in order if b in ("flash", "efficient", "cudnn") and b != first]
     return [first, *rest, "math"]
 

@@ -252,8 +252,11 @@ class _Watcher(TorchFunctionMode):
             key = (rec.envelope(), tuple(map(tuple, rec.strides.values())), rec.requires_grad, rec.mask_shape,
                    rec.backend, _enabled_flags())
             if key not in self._refusal_cache:
-                self._refusal_cache[key] = reasons.refusals_for_call(q, k, v, mask, rec.dropout, rec.causal,
-                                                                     rec.enable_gqa, ran=backend)
+                try:
+                    self._refusal_cache[key] = reasons.refusals_for_call(q, k, v, mask, rec.dropout, rec.causal,
+                                                                         rec.enable_gqa, ran=backend)
+                except (RuntimeError, TypeError) as exc:  # e.g. a tensor subclass SDPAParams will not take
+                    self._refusal_cache[key] = {"?": f"PyTorch could not be asked why ({type(exc).__name__}: {exc})"}
             rec.refusals = dict(self._refusal_cache[key])
         self.records.append(rec)
         return out
