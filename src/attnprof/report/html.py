@@ -65,7 +65,8 @@ def page(rows: list[dict[str, Any]], pngs: dict[str, bytes], source: str) -> str
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            f"<title>{_e('attnprof bench: ' + _devices(rows))}</title>", f"<style>{_CSS}</style></head><body>",
            "<h1>attnprof bench</h1>",
-           '<p class="meta">' + " · ".join(f"{_e(k)} <code>{_e(v)}</code>" for k, v in meta) + "</p>",
+           '<p class="meta">' + " · ".join(f"{_e(k)} <code>{_e(v)}</code>" for k, v in meta if v not in (None, ""))
+           + "</p>",
            f"<p>{_e(T.ceilings_line(rows))}</p>"]
     claims = T.headline(rows)
     if claims:

@@ -77,9 +77,19 @@ def _seq_axis(ax, data: dict[str, list[tuple[int, float]]]) -> None:
     ax.set_xlabel("sequence length")
 
 
-def _lines(ax, data: dict[str, list[tuple[int, float]]]) -> None:
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_STYLES = ("-", "--", "-.", ":")
+
+
+def _lines(ax, data: dict[str, list[tuple[int, float]]], palette: dict[str, int]) -> None:
+    """One colour and marker per variant in every picture; the dash tells configurations apart."""
+    configs: dict[str, int] = {}
     for label, pts in data.items():
-        ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o", label=label)
+        variant, _, config = label.partition(" ")
+        i = palette.get(variant, len(palette))
+        dash = _STYLES[configs.setdefault(config, len(configs)) % len(_STYLES)]
+        ax.plot([s for s, _ in pts], [v for _, v in pts], color=f"C{i % 10}", marker=_MARKERS[i % len(_MARKERS)],
+                markersize=8 - 1.5 * (i % 3), linestyle=dash, label=label, alpha=0.85)  # overlaps stay visible
     if not data:
         ax.text(0.5, 0.5, "no cell ran successfully", transform=ax.transAxes, ha="center", va="center")
 
@@ -101,11 +111,12 @@ def render(rows: list[dict[str, Any]], subtitle: str = "") -> dict[str, bytes]:
     """File name → PNG bytes for the four pictures."""
     plt = _plt()
     matmul, copy = _ceilings(rows)
+    palette = {v: i for i, v in enumerate(dict.fromkeys(r["variant"] for r in rows))}
     pngs: dict[str, bytes] = {}
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     data = series(rows, lambda r: r.get("tflops"))
-    _lines(ax, data)
+    _lines(ax, data, palette)
     for dtype, peak in sorted(matmul.items()):
         ax.axhline(peak, linestyle="--", color="black", linewidth=1)
         ax.annotate(f"measured {dtype} matmul peak {peak:.4g} TFLOP/s", (0.01, peak), xycoords=("axes fraction", "data"),
@@ -120,7 +131,7 @@ def render(rows: list[dict[str, Any]], subtitle: str = "") -> dict[str, bytes]:
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     data = series([r for r in rows if r["variant"] != "naive"], lambda r: (r.get("speedup") or {}).get("vs_naive"))
-    _lines(ax, data)
+    _lines(ax, data, palette)
     ax.axhline(1.0, color="black", linewidth=1)
     _seq_axis(ax, data)
     ax.set_yscale("log")
@@ -129,17 +140,18 @@ def render(rows: list[dict[str, Any]], subtitle: str = "") -> dict[str, bytes]:
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     data = series(rows, lambda r: r.get("peak_mib") if r.get("peak_mib") and r["peak_mib"] > 0 else None)
-    _lines(ax, data)
+    _lines(ax, data, palette)
     _seq_axis(ax, data)
     ax.set_yscale("log")
     ax.set_ylabel("peak extra memory per call (MiB)")
     pngs["memory.png"] = _finish(fig, ax, "Peak memory above the inputs", subtitle)
 
-    pngs["roofline.png"] = _roofline(rows, matmul, copy, subtitle)
+    pngs["roofline.png"] = _roofline(rows, matmul, copy, subtitle, palette)
     return pngs
 
 
-def _roofline(rows: list[dict[str, Any]], matmul: dict[str, float], copy: float | None, subtitle: str) -> bytes:
+def _roofline(rows: list[dict[str, Any]], matmul: dict[str, float], copy: float | None, subtitle: str,
+              palette: dict[str, int]) -> bytes:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     ok = [r for r in rows if r["status"] == "ok" and r.get("tflops")]
@@ -159,11 +171,16 @@ def _roofline(rows: list[dict[str, Any]], matmul: dict[str, float], copy: float 
     for r in ok:
         by_variant.setdefault(r["variant"], []).append(r)
     for name, rs in by_variant.items():
-        ax.scatter([r["intensity"] for r in rs], [r["tflops"] for r in rs], label=name, s=28)
+        i = palette.get(name, 0)
+        ax.scatter([r["intensity"] for r in rs], [r["tflops"] for r in rs], label=name, s=30, color=f"C{i % 10}",
+                   marker=_MARKERS[i % len(_MARKERS)], alpha=0.85)
     if not ok:
         ax.text(0.5, 0.5, "no cell ran successfully", transform=ax.transAxes, ha="center", va="center")
+    from matplotlib.ticker import NullFormatter
+
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("arithmetic intensity (FLOPs / minimum bytes: q, k, v read once, out written once)")
     ax.set_ylabel("TFLOP/s")
     return _finish(fig, ax, "Roofline of each cell", subtitle)
