@@ -117,10 +117,11 @@ def measure_matmul(device: str, dtype: str, n: int, *, reps: int, warmup: int) -
     """TFLOP/s of `n×n @ n×n` (2·n³ FLOPs), median over `reps`, cycling `ROTATE` input pairs."""
     from attnprof.workload import DTYPES
 
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    pairs = [(torch.randn(n, n, generator=gen).to(device, DTYPES[dtype]),
-              torch.randn(n, n, generator=gen).to(device, DTYPES[dtype])) for _ in range(ROTATE)]
-    outs = [torch.empty(n, n, dtype=DTYPES[dtype], device=device) for _ in range(ROTATE)]
+    dt = DTYPES[dtype]
+    # random normal, made on the device (zeros would draw less power and flatter the clock)
+    pairs = [(torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt))
+             for _ in range(ROTATE)]
+    outs = [torch.empty(n, n, dtype=dt, device=device) for _ in range(ROTATE)]
     step = [0]
 
     def call() -> None:
