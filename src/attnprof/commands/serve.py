@@ -32,8 +32,8 @@ def register(sub) -> None:
     p.add_argument("--model", default=None, help="preset name or a config.json (default: tiny-llama on CPU, "
                                                  "llama-1b on CUDA)")
     p.add_argument("--impls", "--variants", dest="impls", default=None,
-                   help="attention implementations, comma-separated (default: eager,sdpa and the stage-four "
-                        "kernel when it loads)")
+                   help="attention implementations, comma-separated: eager, sdpa, kernel (default: eager,sdpa "
+                        "and the stage-four kernel when it can run here)")
     p.add_argument("--dtype", default=None, help="bf16, fp16, fp32 (default: bf16 on CUDA, fp32 on CPU)")
     g = p.add_argument_group("prefill and decode")
     g.add_argument("--batch", default=None, help="prefill batch sizes, comma-separated")
@@ -144,7 +144,9 @@ def run(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     plan = _plan(args, device)
-    impls = resolve_impls(args.impls, device)
+    cfg = plan["config"]
+    impls = resolve_impls(args.impls, device, dtype=plan["dtype"],
+                          head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
     folder = out_dir(args, "serve")
     data = _measure(plan, impls, device, args, progress, err)
     data["provenance"] = provenance(device, seed=args.seed)
@@ -163,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
     write_json(folder / f"{stem}.json", data)
     write_atomic(folder / f"{stem}.md", serve_report.markdown(data))
     serve_report.print_terminal(data)
+    errors = [f"{r['impl']} {m}: {r['reason']}" for m in ("prefill", "decode") for r in data[m] if r["status"] == "error"]
+    errors += [f"{r['impl']} continuous: {r['reason']}" for r in data["continuous"]["results"] if r["status"] == "error"]
     err.print(f"report: {folder}/{stem}.json, {stem}.md" + "".join(f", {p.name}" for p in pictures))
     emit_json(args, {"schema": data["schema"], "out": str(folder), "answer": data["answer"],
                      "prefill": [{k: r[k] for k in ("impl", "batch", "context", "status", "tokens_per_s",
@@ -172,13 +176,16 @@ def run(args: argparse.Namespace) -> int:
                      "continuous": [{k: r[k] for k in ("impl", "status", "completed", "failed", "output_tokens_per_s",
                                                        "ttft_ms", "itl_ms", "gain_over_eager")}
                                     for r in data["continuous"]["results"]]})
+    if errors:
+        from attnprof.errors import CheckFailed
+
+        raise CheckFailed("; ".join(errors))
     return 0
 
 
 def _measure(plan: dict, impls, device: str, args, progress, err) -> dict:
-    from attnprof.serving.continuous import serve_stream
+    from attnprof.serving.continuous import StreamResult, serve_stream
     from attnprof.serving.models import build_model
-    from attnprof.serving.throughput import Point, measure_decode, measure_prefill
 
     modes = plan["modes"]
     cells = {"prefill": [(b, c) for c in plan.get("context", []) for b in plan.get("batch", [])],
@@ -211,19 +218,7 @@ def _measure(plan: dict, impls, device: str, args, progress, err) -> dict:
                     continue
                 for batch, context in cells[mode]:
                     bar.update(task, description=f"{mode} {impl.name} batch {batch} context {context}")
-                    if impl.rejected:
-                        point = Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected",
-                                      reason=impl.rejected)
-                    else:
-                        model.set_attn_implementation(impl.attn_implementation)
-                        with impl.context():
-                            if mode == "prefill":
-                                point = measure_prefill(model, impl.name, batch=batch, context=context, device=device,
-                                                        seed=args.seed, reps=args.reps, share=not args.no_share)
-                            else:
-                                point = measure_decode(model, impl.name, batch=batch, context=context,
-                                                       new_tokens=plan["new_tokens"], device=device, seed=args.seed,
-                                                       share=not args.no_share)
+                    point = _static_point(model, impl, mode, batch, context, plan, args, device)
                     data[mode].append(point.to_json())
                     bar.advance(task)
         if "continuous" in modes:
@@ -232,16 +227,46 @@ def _measure(plan: dict, impls, device: str, args, progress, err) -> dict:
             for impl in impls:
                 bar.update(task, description=f"continuous {impl.name}: {len(reqs)} requests")
                 if impl.rejected:
-                    from attnprof.serving.continuous import StreamResult
-
                     res = StreamResult(impl=impl.name, status="rejected", reason=impl.rejected, requests=len(reqs))
                 else:
-                    res = serve_stream(model, impl.name, reqs, device=device, seed=args.seed,
-                                       timeout_s=args.stream_timeout, num_blocks=args.num_blocks,
-                                       max_batch_tokens=args.max_batch_tokens)
+                    done = [0]
+
+                    def on_done(name=impl.name, done=done):
+                        done[0] += 1
+                        bar.update(task, description=f"continuous {name}: {done[0]}/{len(reqs)} requests done")
+
+                    try:
+                        res = serve_stream(model, impl.name, reqs, device=device, seed=args.seed,
+                                           timeout_s=args.stream_timeout, num_blocks=args.num_blocks,
+                                           max_batch_tokens=args.max_batch_tokens, on_done=on_done)
+                    except Exception as exc:  # noqa: BLE001 — a row with the error; the command exits 1 after the report
+                        res = StreamResult(impl=impl.name, status="error", reason=_one_line(exc), requests=len(reqs))
                 data["continuous"]["results"].append(res.to_json())
                 bar.advance(task)
     return data
+
+
+def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, args, device: str):
+    """One prefill or decode measurement; a failure other than running out of memory becomes an "error" row."""
+    from attnprof.serving.throughput import Point, measure_decode, measure_prefill
+
+    if impl.rejected:
+        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=impl.rejected)
+    try:
+        model.set_attn_implementation(impl.attn_implementation)
+        with impl.context():
+            if mode == "prefill":
+                return measure_prefill(model, impl.name, batch=batch, context=context, device=device, seed=args.seed,
+                                       reps=args.reps, share=not args.no_share)
+            return measure_decode(model, impl.name, batch=batch, context=context, new_tokens=plan["new_tokens"],
+                                  device=device, seed=args.seed, share=not args.no_share)
+    except Exception as exc:  # noqa: BLE001 — a row with the error; the command exits 1 after the report
+        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="error", reason=_one_line(exc))
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0][:240] if lines else ''}"
 
 
 def _stream_json(plan: dict, args) -> dict:

@@ -115,20 +115,50 @@ class ModelImpl:
     rejected: str | None = None
 
 
-# Until serving/attention.py (the model-level implementations) lands: the two every transformers model has.
+# Until serving/attention.py (the model-level implementations) lands: the two every transformers model has, and the
+# stage-four kernel registered with transformers by variants/kernel_hub.
 _BUILTIN = {"eager": "eager", "sdpa": "sdpa"}
+KNOWN_IMPLS = ("eager", "sdpa", "kernel")
 DEFAULT_IMPLS = ("eager", "sdpa")
 
 
-def resolve_impls(spec: str | None, device: str) -> list[ModelImpl]:
-    """`eager,sdpa,...` → implementations, eager first (the baseline); an unknown name is a UsageError."""
-    names = [n.strip() for n in (spec or ",".join(DEFAULT_IMPLS)).split(",") if n.strip()]
-    unknown = [n for n in names if n not in _BUILTIN]
+def resolve_impls(spec: str | None, device: str, *, dtype: str = "bf16", head_dim: int | None = None) -> list[ModelImpl]:
+    """`eager,sdpa,kernel` → implementations, eager first (the baseline); an unknown name is a UsageError.
+
+    Without `spec`: eager, sdpa, and the kernel when it can run here. Asked for by name, a kernel that cannot run
+    comes back rejected with the reason (a row in the report), never silently replaced."""
+    names = [n.strip() for n in spec.split(",") if n.strip()] if spec else list(KNOWN_IMPLS)
+    unknown = [n for n in names if n not in KNOWN_IMPLS]
     if unknown:
-        raise UsageError(f"unknown attention implementation {unknown[0]!r}; known: {', '.join(_BUILTIN)}")
+        raise UsageError(f"unknown attention implementation {unknown[0]!r}; known: {', '.join(KNOWN_IMPLS)}")
     names = list(dict.fromkeys(names))
     names.sort(key=lambda n: n != "eager")
-    return [ModelImpl(name=n, attn_implementation=_BUILTIN[n]) for n in names]
+    impls = [ModelImpl(name=n, attn_implementation=_BUILTIN[n]) if n in _BUILTIN else _kernel(device, dtype, head_dim)
+             for n in names]
+    return [i for i in impls if spec or i.rejected is None]
+
+
+def _kernel(device: str, dtype: str, head_dim: int | None) -> ModelImpl:
+    """The stage-four kernel as a transformers attention implementation, or the reason it cannot run here."""
+    import os
+
+    from attnprof.variants import kernel_hub
+    from attnprof.variants.base import Rejected
+
+    def no(reason: str) -> ModelImpl:
+        return ModelImpl(name="kernel", attn_implementation=kernel_hub.ATTN_IMPLEMENTATION, rejected=reason)
+
+    if dtype not in ("fp16", "bf16"):
+        return no(f"the kernel takes fp16 or bf16, not {dtype}")
+    if not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
+        return no("no CUDA device here and Triton's interpreter is off")
+    name = kernel_hub.register_transformers_attention()
+    if isinstance(name, Rejected):
+        return no(name.reason)
+    dims = getattr(kernel_hub.load(), "SUPPORTED_HEAD_DIMS", None)
+    if head_dim is not None and dims is not None and head_dim not in dims:
+        return no(f"head dim {head_dim} is not one the kernel supports ({', '.join(map(str, dims))})")
+    return ModelImpl(name="kernel", attn_implementation=name)
 
 
 # ---------------------------------------------------------------------------------------------- attention scope --

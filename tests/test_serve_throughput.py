@@ -1,0 +1,70 @@
+"""Prefill / decode on a real transformers model (tiny preset, CPU): tokens counted from outputs, attention scoped."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.profiler import profile
+
+from attnprof.serving.models import build_model
+from attnprof.serving.throughput import (ATTENTION_RANGE, amdahl, attention_scope, measure_decode, measure_prefill,
+                                         percentile, resolve_impls)
+from attnprof.errors import UsageError
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_model("tiny-llama", attn_implementation="eager")
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_prefill_counts_the_tokens_in_the_cache(model, impl):
+    model.set_attn_implementation(impl)
+    p = measure_prefill(model, impl, batch=2, context=17, device="cpu", reps=2)
+    assert p.status == "ok"
+    assert p.tokens == 2 * 17
+    assert p.tokens_per_s == pytest.approx(p.tokens / p.seconds)
+    assert p.share.attention_ms > 0 and p.share.basis == "cpu-ops"
+    assert 0 < p.attention_share < 1
+    if impl == "sdpa":
+        assert "fused_attention" in p.share.roles and p.share.backends == ("cpu_flash",)
+    else:  # the tutorial's pieces, no fused kernel
+        assert {"gemm", "softmax"} <= set(p.share.roles) and "fused_attention" not in p.share.roles
+
+
+def test_decode_counts_generated_tokens_and_times_only_decode(model):
+    model.set_attn_implementation("sdpa")
+    p = measure_decode(model, "sdpa", batch=3, context=9, new_tokens=5, device="cpu")
+    assert p.status == "ok" and p.new_tokens == 5
+    assert p.tokens == 3 * (5 - 1)  # the first new token belongs to the prefill
+    assert p.itl_ms["p50"] > 0 and p.itl_ms["p99"] >= p.itl_ms["p50"]
+    assert p.share is not None and p.share.attention_ms > 0
+
+
+def test_attention_scope_wraps_every_layer_and_changes_nothing(model):
+    model.set_attn_implementation("eager")
+    ids = torch.randint(3, model.config.vocab_size, (1, 11))
+    with torch.inference_mode():
+        plain = model(input_ids=ids).logits
+        with attention_scope(model), profile() as prof:
+            scoped = model(input_ids=ids).logits
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    ranges = [e for e in prof.events() if e.name == ATTENTION_RANGE]
+    assert len(ranges) == model.config.num_hidden_layers
+    torch.testing.assert_close(scoped, plain, rtol=0, atol=0)
+    assert "eager" not in ALL_ATTENTION_FUNCTIONS._local_mapping  # restored
+
+
+def test_amdahl_and_percentiles():
+    # half the step was attention, attention got 10× faster → 1 / (0.5 + 0.05)
+    assert amdahl(0.5, 10.0, 1.0) == pytest.approx(1 / 0.55)
+    assert amdahl(0.0, 10.0, 1.0) == pytest.approx(1.0)
+    assert percentile([1, 2, 3, 4, 5], 50) == 3
+    assert percentile([1.0, 2.0], 99) == pytest.approx(1.99)
+
+
+def test_impls_put_eager_first_and_refuse_unknown_names():
+    assert [i.name for i in resolve_impls("sdpa,eager", "cpu")] == ["eager", "sdpa"]
+    with pytest.raises(UsageError, match="unknown attention implementation 'fast'"):
+        resolve_impls("eager,fast", "cpu")
