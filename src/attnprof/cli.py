@@ -13,7 +13,7 @@ import sys
 from attnprof.errors import CheckFailed, UsageError
 
 # One module per subcommand, in the order `--help` lists them.
-COMMANDS = ("stages", "variants", "audit", "trace", "ceilings", "bench", "compare", "report", "serve")
+COMMANDS = ("stages", "variants", "audit", "trace", "ceilings", "bench", "compare", "report", "serve", "verify")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,122 @@
+"""The pass rule: a variant may be as wrong as plain PyTorch in the same dtype, times k, and no more.
+
+A fixed tolerance is wrong twice: too loose for fp32 (where a 1 % scale bug is 1e-3 and rounding is 1e-7) and
+too tight for bf16 (where rounding alone is 1e-2). FlashAttention's tests measure the error of the plain
+PyTorch computation in the same dtype against a high-precision reference on the same inputs and allow a kernel
+twice that. We do the same, against the fp64 oracle:
+
+    limit(metric) = max(k × baseline(metric), floor[dtype][metric])      for metric in (max abs, norm-relative)
+
+"Plain PyTorch in the same dtype" is `attnprof.variants.naive.eager_attention` (QKᵀ, scale, masked_fill,
+softmax, ·V, each op in the workload's dtype): the straightforward math a user would write, whose only error
+is rounding. Fused kernels usually beat it (they keep scores in fp32), so correct backends pass with margin.
+The floor keeps the rule meaningful when the baseline is exactly or nearly 0 (fp64, tiny outputs).
+
+A third, sharper check catches what rounding can hide: the effective softmax scale. The error's projection on
+∂out/∂log(scale) (scale.py) is ~1e-5 for correct kernels and exactly ε for a scale off by ε, so
+|ε| ≤ max(k × plain PyTorch's |ε|, SCALE_FLOORS[dtype]).
+
+Beyond the error metrics a variant fails when its valid rows hold NaN/Inf the reference does not, and,
+unless `masked_rows="report"`, when rows that see no key at all are not zeros (a NaN there spreads through the
+next layer's V into valid rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from attnprof.numerics.compare import Agreement
+
+MaskedRowsPolicy = Literal["zeros", "report"]
+
+# (max abs, norm-relative) floors per dtype: about a rounding unit of the format, below what plain PyTorch
+# reaches on any default case, so they matter only where the baseline is ~0.
+FLOORS: dict[str, tuple[float, float]] = {
+    "fp64": (1e-12, 1e-12),
+    "fp32": (1e-5, 1e-5),
+    "fp16": (5e-4, 3e-4),
+    "bf16": (4e-3, 2e-3),
+}
+
+
+# |effective scale − 1| floors: ~20× what correct fused kernels show on the default cases, ≥ 10× below a 1 % bug
+# in bf16. Plain PyTorch's own scale error (noise, up to ~1e-4 in bf16) times k is the other half of the limit.
+SCALE_FLOORS: dict[str, float] = {"fp64": 1e-9, "fp32": 1e-5, "fp16": 2e-4, "bf16": 1e-3}
+
+
+MASKED_ROWS_PREFIX = "fully-masked rows"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The gate's parameters; `k` scales the baseline error, `floors` overrides FLOORS per dtype."""
+
+    k: float = 2.0
+    masked_rows: MaskedRowsPolicy = "zeros"
+    floors: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(FLOORS))
+    scale_floors: dict[str, float] = field(default_factory=lambda: dict(SCALE_FLOORS))
+
+    def limits(self, dtype: str, baseline: Agreement) -> tuple[float, float]:
+        floor_abs, floor_rel = self.floors.get(dtype, FLOORS["fp32"])
+        return max(self.k * baseline.max_abs, floor_abs), max(self.k * baseline.norm_rel, floor_rel)
+
+    def scale_limit(self, dtype: str, baseline: Agreement) -> float:
+        base = abs(baseline.scale_err) if baseline.scale_err is not None else 0.0
+        return max(self.k * base, self.scale_floors.get(dtype, SCALE_FLOORS["fp32"]))
+
+    def to_json(self) -> dict:
+        return {"k": self.k, "masked_rows": self.masked_rows, "floors": self.floors,
+                "scale_floors": self.scale_floors,
+                "baseline": "attnprof.variants.naive.eager_attention in the workload dtype"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+    limit_max_abs: float
+    limit_norm_rel: float
+    limit_scale: float
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "reasons": list(self.reasons), "warnings": list(self.warnings),
+                "limit_max_abs": self.limit_max_abs, "limit_norm_rel": self.limit_norm_rel,
+                "limit_scale": self.limit_scale}
+
+
+def judge(agreement: Agreement, baseline: Agreement, dtype: str, rule: Rule = Rule()) -> Verdict:
+    """Apply the rule to one variant's agreement, given plain PyTorch's agreement on the same inputs."""
+    lim_abs, lim_rel = rule.limits(dtype, baseline)
+    lim_scale = rule.scale_limit(dtype, baseline)
+    reasons: list[str] = []
+    warnings: list[str] = []
+    a = agreement
+    if not a.finite:
+        reasons.append(f"{a.nan_out} NaN and {a.inf_out} Inf in rows that see at least one key (reference: "
+                       f"{a.nan_ref} NaN, {a.inf_ref} Inf)")
+    else:
+        if a.max_abs > lim_abs:
+            reasons.append(f"max abs error {a.max_abs:.3e} > limit {lim_abs:.3e} ({_why(rule, dtype, baseline.max_abs, lim_abs)}) "
+                           f"at [b,h,q,d]={list(a.worst_index or ())}: out {a.worst_out:+.5g} vs ref {a.worst_ref:+.5g}")
+        if a.norm_rel > lim_rel:
+            reasons.append(f"norm-relative error {a.norm_rel:.3e} > limit {lim_rel:.3e} "
+                           f"({_why(rule, dtype, baseline.norm_rel, lim_rel)})")
+        if a.scale_err is not None:
+            if abs(a.scale_err) > lim_scale:
+                reasons.append(f"systematic error along the softmax-scale direction: effective scale "
+                               f"×{1 + a.scale_err:.5f} ({100 * a.scale_err:+.3f}%), limit ±{100 * lim_scale:.3f}% "
+                               f"(plain PyTorch {dtype}: {100 * (baseline.scale_err or 0):+.4f}%)")
+    if a.masked_rows and not a.masked_rows_zero:
+        msg = (f"{MASKED_ROWS_PREFIX} ({a.masked_rows} rows that see no key) are not zeros: {a.masked_nonzero} non-zero "
+               f"elements, {a.masked_nan} NaN/Inf")
+        (reasons if rule.masked_rows == "zeros" else warnings).append(msg)
+    return Verdict(ok=not reasons, reasons=tuple(reasons), warnings=tuple(warnings),
+                   limit_max_abs=lim_abs, limit_norm_rel=lim_rel, limit_scale=lim_scale)
+
+
+def _why(rule: Rule, dtype: str, base: float, limit: float) -> str:
+    if limit > rule.k * base:
+        return f"the {dtype} floor; plain PyTorch {dtype}: {base:.2e}"
+    return f"{rule.k:g} × plain PyTorch {dtype}'s {base:.2e}"

@@ -1,0 +1,204 @@
+"""Model-level verification: does swapping the attention implementation move a real model's outputs?
+
+A transformers decoder from a config preset (random weights from a fixed seed, nothing downloaded) runs a
+left-padded batch, the case where implementations most often disagree, once per attention implementation and
+dtype. Each run is compared with the eager fp32 run on the valid (unpadded) positions only:
+
+- max |Δ logits|, the mean and max KL(p_eager32 ‖ p_impl) over positions, top-1 agreement,
+- greedy decoding of N tokens from the same prompts: the length of the prefix identical to eager fp32's.
+
+The pass rule mirrors the kernel gate: each metric may be k × that of eager in the same dtype (the same
+transformers model, only `attn_implementation` differs), with a floor per dtype. Greedy prefixes gate only in
+fp32 by default (half-precision rounding flips near-tied tokens of a random model for every implementation,
+eager included); `min_prefix` makes them gate everywhere.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from attnprof.errors import UsageError
+from attnprof.serving.attention import AttentionImpl
+from attnprof.workload import DTYPES
+
+# (max |Δ logits|, mean KL, top-1 disagreement) floors per dtype.
+MODEL_FLOORS: dict[str, tuple[float, float, float]] = {
+    "fp64": (1e-9, 1e-12, 0.0),
+    "fp32": (1e-4, 1e-8, 0.0),
+    "fp16": (5e-4, 1e-7, 0.02),
+    "bf16": (4e-3, 1e-6, 0.02),
+}
+
+
+@dataclass(frozen=True)
+class ModelRule:
+    k: float = 2.0
+    floors: dict[str, tuple[float, float, float]] = field(default_factory=lambda: dict(MODEL_FLOORS))
+    min_prefix: int | None = None  # None: all N tokens in fp32/fp64, not gated in half precision
+
+    def to_json(self) -> dict:
+        return {"k": self.k, "floors": self.floors, "min_prefix": self.min_prefix,
+                "baseline": "eager attention in the same dtype, against eager fp32"}
+
+
+@dataclass(frozen=True)
+class LogitsAgreement:
+    max_abs: float
+    kl_mean: float
+    kl_max: float
+    top1: float
+    positions: int
+    nan: int
+    prefix_min: int
+    prefix_mean: float
+    tokens: int
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    impl: str
+    dtype: str
+    status: str  # pass | fail | rejected | error | baseline
+    reason: str | None = None
+    agreement: LogitsAgreement | None = None
+
+    def to_json(self) -> dict:
+        return {"impl": self.impl, "dtype": self.dtype, "status": self.status, "reason": self.reason,
+                "agreement": self.agreement.to_json() if self.agreement else None}
+
+
+def _forward(model, ids, mask) -> torch.Tensor:
+    position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits.float()  # (B, S, V)
+
+
+def _greedy(model, ids, mask, n: int) -> torch.Tensor:
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                             do_sample=False, pad_token_id=0)
+    return out[:, ids.shape[1]:]  # (B, N)
+
+
+def agreement(logits: torch.Tensor, ref: torch.Tensor, valid: torch.Tensor, tokens: torch.Tensor,
+              ref_tokens: torch.Tensor) -> LogitsAgreement:
+    """logits/ref `[B, S, V]`, valid bool `[B, S]`, tokens `[B, N]`."""
+    a, r = logits[valid].double(), ref[valid].double()  # (P, V)
+    nan = int((~a.isfinite()).sum())
+    logp_r, logp_a = torch.log_softmax(r, -1), torch.log_softmax(a, -1)
+    kl = (logp_r.exp() * (logp_r - logp_a)).sum(-1)  # (P,)
+    same = tokens == ref_tokens  # (B, N)
+    prefix = torch.where(same.all(-1), same.shape[1], (~same).int().argmax(-1))  # first mismatch per row
+    return LogitsAgreement(
+        max_abs=float((a - r).abs().max()) if nan == 0 else math.inf,
+        kl_mean=float(kl.mean()) if nan == 0 else math.inf, kl_max=float(kl.max()) if nan == 0 else math.inf,
+        top1=float((a.argmax(-1) == r.argmax(-1)).double().mean()), positions=int(valid.sum()), nan=nan,
+        prefix_min=int(prefix.min()), prefix_mean=float(prefix.double().mean()), tokens=int(same.shape[1]))
+
+
+def judge(a: LogitsAgreement, base: LogitsAgreement, dtype: str, rule: ModelRule) -> list[str]:
+    """Reasons the implementation fails, empty when it passes."""
+    if a.nan:
+        return [f"{a.nan} NaN/Inf logits at valid positions (padding rows leaking NaN into real tokens?)"]
+    f_abs, f_kl, f_dis = rule.floors.get(dtype, MODEL_FLOORS["fp32"])
+    reasons = []
+    lim = max(rule.k * base.max_abs, f_abs)
+    if a.max_abs > lim:
+        reasons.append(f"max |Δ logits| {a.max_abs:.3e} > {lim:.3e} (eager {dtype}: {base.max_abs:.2e})")
+    lim = max(rule.k * base.kl_mean, f_kl)
+    if a.kl_mean > lim:
+        reasons.append(f"mean KL {a.kl_mean:.3e} > {lim:.3e} (eager {dtype}: {base.kl_mean:.2e})")
+    lim = max(rule.k * (1 - base.top1), f_dis)
+    if 1 - a.top1 > lim + 1e-12:
+        reasons.append(f"top-1 agreement {100 * a.top1:.1f}% < {100 * (1 - lim):.1f}% "
+                       f"(eager {dtype}: {100 * base.top1:.1f}%)")
+    need = rule.min_prefix if rule.min_prefix is not None else (a.tokens if dtype in ("fp32", "fp64") else 0)
+    if a.prefix_min < need:
+        reasons.append(f"greedy decoding diverges from eager fp32 after {a.prefix_min} of {a.tokens} tokens "
+                       f"(need {need}; eager {dtype}: {base.prefix_min})")
+    return reasons
+
+
+def attention_workload(config, *, batch: int, seq: int, dtype: str, device: str):
+    """The model's attention call as a Workload (for up-front refusals of pinned SDPA backends)."""
+    from attnprof.workload import Workload
+
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return Workload(batch=batch, heads=heads, kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+                    seq=seq, head_dim=head_dim, dtype=dtype, causal=True, mask="pad-left", device=device)
+
+
+def verify_model(preset: str, impls: Callable[[str, object], Sequence[AttentionImpl]], dtypes: Sequence[str], *,
+                 device: str, seed: int, batch: int = 4, seq: int = 32, decode_tokens: int = 8,
+                 rule: ModelRule = ModelRule(), on_step: Callable[[str], None] | None = None) -> dict:
+    """Run every implementation (from `impls(dtype, config)`) in every dtype; see the module docstring."""
+    from attnprof.serving.models import build_model, padded_batch
+
+    ref_model = build_model(preset, attn_implementation="eager", dtype="fp32", device=device, seed=seed)
+    ids, mask = padded_batch(ref_model.config, batch=batch, seq=seq, seed=seed, device=device, side="left")
+    valid = mask.bool()
+    ref_logits = _forward(ref_model, ids, mask)
+    ref_tokens = _greedy(ref_model, ids, mask, decode_tokens)
+    results: list[ModelResult] = []
+    for dtype in dtypes:
+        model = ref_model if dtype == "fp32" else copy.deepcopy(ref_model).to(DTYPES[dtype])
+        if on_step:
+            on_step(f"eager {dtype}")
+        base = agreement(_forward(model, ids, mask), ref_logits, valid, _greedy(model, ids, mask, decode_tokens),
+                         ref_tokens)
+        results.append(ModelResult("eager", dtype, "baseline", agreement=base))
+        for impl in impls(dtype, ref_model.config):
+            if impl.name == "eager":
+                continue
+            if on_step:
+                on_step(f"{impl.name} {dtype}")
+            results.append(_run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base, rule,
+                                     decode_tokens))
+        model.set_attn_implementation("eager")
+        if model is not ref_model:
+            del model
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
+    return {"preset": preset, "batch": batch, "seq": seq, "padding": "left", "valid_positions": int(valid.sum()),
+            "decode_tokens": decode_tokens, "config": _config_summary(ref_model.config),
+            "results": [r.to_json() for r in results], "_results": results}
+
+
+def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base, rule, n) -> ModelResult:
+    if impl.rejected:
+        return ModelResult(impl.name, dtype, "rejected", reason=impl.rejected)
+    try:
+        model.set_attn_implementation(impl.attn_implementation)
+        with impl.context():
+            logits = _forward(model, ids, mask)
+            tokens = _greedy(model, ids, mask, n)
+    except UsageError:
+        raise
+    except (RuntimeError, ValueError, TypeError, NotImplementedError, AssertionError, IndexError) as exc:
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        # a pinned backend or our kernel refusing the inputs in its own words is a refusal; anything else a failure
+        refused = (impl.name.startswith("sdpa-") and "No available kernel" in text) or \
+            (impl.name == "kernel" and "padding" in text)
+        status = "rejected" if refused else "error"
+        return ModelResult(impl.name, dtype, status, reason=f"{impl.name}: {type(exc).__name__}: {text}"[:400])
+    finally:
+        model.set_attn_implementation("eager")
+    a = agreement(logits, ref_logits, valid, tokens, ref_tokens)
+    reasons = judge(a, base, dtype, rule)
+    return ModelResult(impl.name, dtype, "fail" if reasons else "pass", reason="; ".join(reasons) or None,
+                       agreement=a)
+
+
+def _config_summary(config) -> dict:
+    keys = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "vocab_size")
+    return {k: getattr(config, k, None) for k in keys}

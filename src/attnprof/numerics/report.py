@@ -1,0 +1,177 @@
+"""verify.json (schema attnprof.verify/1), the terminal table and the markdown summary for a pull request.
+
+Cells show the worst of the three ratios error / limit (max abs, norm-relative, effective scale): below 1
+passes, and the distance from 1 is the margin. Every failure is listed with its reasons and, where the error
+pattern matches a known bug class, a hint; every rejection with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.table import Table
+
+from attnprof.numerics.kernel import CaseResult, CaseRun
+
+SCHEMA = "attnprof.verify/1"
+
+
+def ratio(r: CaseResult) -> float | None:
+    """Worst error / limit over the gate's metrics (None when the variant did not run)."""
+    a, v = r.agreement, r.verdict
+    if a is None or v is None:
+        return None
+    if not a.finite:
+        return math.inf
+    parts = [a.max_abs / v.limit_max_abs if v.limit_max_abs else 0.0,
+             a.norm_rel / v.limit_norm_rel if v.limit_norm_rel else 0.0]
+    if a.scale_err is not None and v.limit_scale:
+        parts.append(abs(a.scale_err) / v.limit_scale)
+    return max(parts)
+
+
+def cell(r: CaseResult, *, rich: bool) -> str:
+    if r.status == "rejected":
+        return "[dim]rejected[/dim]" if rich else "rejected"
+    if r.status == "error":
+        return "[red]error[/red]" if rich else "**error**"
+    x = ratio(r)
+    text = "NaN" if x is None or not math.isfinite(x) else f"{x:.2f}"
+    if r.status == "fail" and x is not None and x <= 1:
+        text = "masked rows"  # the valid rows pass; the rows that see no key are not zeros
+    if r.status == "pass":
+        return f"[green]✓ {text}[/green]" if rich else f"✓ {text}"
+    return f"[red]✗ {text}[/red]" if rich else f"**✗ {text}**"
+
+
+def variant_summary(runs: list[CaseRun]) -> dict[str, dict]:
+    """variant → {status, counts, first failure reason and hint, rejection reasons}, over every case and dtype."""
+    out: dict[str, dict] = {}
+    for run in runs:
+        for r in run.results:
+            s = out.setdefault(r.variant, {"pass": 0, "fail": 0, "error": 0, "rejected": 0, "failures": [],
+                                           "rejections": []})
+            s[r.status] += 1
+            if r.status in ("fail", "error"):
+                s["failures"].append({"case": r.case, "dtype": r.dtype, "reason": r.reason, "hint": r.hint})
+            elif r.status == "rejected":
+                s["rejections"].append({"case": r.case, "dtype": r.dtype, "reason": r.reason})
+    for s in out.values():
+        s["status"] = ("fail" if s["fail"] or s["error"] else "pass" if s["pass"] else "rejected")
+    return out
+
+
+def kernel_table(runs: list[CaseRun], dtype: str) -> Table:
+    mine = [r for r in runs if r.case.workload.dtype == dtype]
+    table = Table(title=f"kernel level, {dtype}: worst error/limit vs the fp64 oracle (limit = k × plain PyTorch "
+                        f"{dtype}, floored)", title_justify="left")
+    table.add_column("variant")
+    for run in mine:
+        table.add_column(run.case.name, justify="right")
+    names = list(dict.fromkeys(r.variant for run in mine for r in run.results))
+    for name in names:
+        table.add_row(name, *[next((cell(r, rich=True) for r in run.results if r.variant == name), "")
+                              for run in mine])
+    return table
+
+
+def model_table(model: dict) -> Table:
+    table = Table(title=f"model level: {model['preset']}, left-padded batch {model['batch']}×{model['seq']}, "
+                        f"vs eager fp32 on {model['valid_positions']} valid positions", title_justify="left")
+    for col in ("impl", "dtype", "status", "max |Δ logits|", "mean KL", "top-1", "greedy prefix"):
+        table.add_column(col, justify="left" if col in ("impl", "dtype", "status") else "right")
+    for r in model["results"]:
+        a = r["agreement"]
+        colour = {"pass": "green", "fail": "red", "error": "red", "rejected": "dim", "baseline": "cyan"}[r["status"]]
+        nums = (["–"] * 4 if a is None else
+                [f"{a['max_abs']:.2e}", f"{a['kl_mean']:.2e}", f"{100 * a['top1']:.1f}%",
+                 f"{a['prefix_min']}/{a['tokens']}"])
+        table.add_row(r["impl"], r["dtype"], f"[{colour}]{r['status']}[/{colour}]", *nums)
+    return table
+
+
+def markdown(data: dict, command: str) -> str:
+    prov = data["provenance"]
+    lines = [f"# attnprof verify: {'PASS' if data['ok'] else 'FAIL'}", "",
+             f"`{command}`", "",
+             f"{prov['device']} · torch {prov['torch']} · CUDA {prov.get('cuda')} · cuDNN {prov.get('cudnn')} · "
+             f"triton {prov.get('triton')} · transformers {prov.get('transformers')} · git {prov.get('git_sha')} · "
+             f"seed {prov['seed']}", ""]
+    rule = data["rule"]
+    lines += [f"Rule: error ≤ max({rule['k']:g} × error of plain PyTorch in the same dtype, per-dtype floor) for "
+              "max abs and norm-relative error against the fp64 oracle, the effective softmax scale within "
+              f"max({rule['k']:g} × plain PyTorch's, floor), no NaN/Inf in valid rows, rows that see no key "
+              f"{'must be zeros' if rule['masked_rows'] == 'zeros' else 'reported when not zeros'}. "
+              "Cells: worst error/limit (< 1 passes).", ""]
+    kernel = data.get("kernel")
+    if kernel:
+        for dtype in kernel["dtypes"]:
+            cases = [c for c in kernel["cases"] if c["workload"]["dtype"] == dtype]
+            lines += [f"## Kernel level, {dtype}", "",
+                      "| variant | " + " | ".join(c["name"] for c in cases) + " |",
+                      "| --- |" + " ---: |" * len(cases)]
+            names = list(dict.fromkeys(r["variant"] for c in cases for r in c["results"]))
+            for name in names:
+                cells = []
+                for c in cases:
+                    r = next((x for x in c["results"] if x["variant"] == name), None)
+                    cells.append(_md_cell(r))
+                lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+            lines += ["", "Plain PyTorch baseline (max abs / norm-rel): " + ", ".join(
+                f"{c['name']} {c['baseline']['max_abs']:.1e}/{c['baseline']['norm_rel']:.1e}" for c in cases), ""]
+        lines += ["Cases: " + "; ".join(f"**{c['name']}** {c['why']}" for c in kernel["cases"]
+                                        if c["workload"]["dtype"] == kernel["dtypes"][0]), ""]
+        lines += _issues_md(kernel["summary"])
+    model = data.get("model")
+    if model:
+        lines += [f"## Model level: {model['preset']}", "",
+                  f"Left-padded batch {model['batch']}×{model['seq']} ({model['valid_positions']} valid positions), "
+                  f"greedy {model['decode_tokens']} tokens; compared with eager fp32.", "",
+                  "| impl | dtype | status | max abs Δ logits | mean KL | top-1 | greedy prefix | reason |",
+                  "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+        for r in model["results"]:
+            a = r["agreement"]
+            nums = ("– | – | – | –" if a is None else
+                    f"{a['max_abs']:.2e} | {a['kl_mean']:.2e} | {100 * a['top1']:.1f}% | {a['prefix_min']}/{a['tokens']}")
+            reason = (r["reason"] or "").replace("|", "\\|")
+            lines.append(f"| `{r['impl']}` | {r['dtype']} | {r['status']} | {nums} | {reason} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _md_cell(r: dict | None) -> str:
+    if r is None:
+        return ""
+    if r["status"] in ("rejected", "error"):
+        return r["status"]
+    v, a = r["verdict"], r["agreement"]
+    if not (a["nan_out"] <= a["nan_ref"] and a["inf_out"] <= a["inf_ref"]):
+        x = "NaN"
+    else:
+        parts = [a["max_abs"] / v["limit_max_abs"], a["norm_rel"] / v["limit_norm_rel"]]
+        if a.get("scale_err") is not None and v.get("limit_scale"):
+            parts.append(abs(a["scale_err"]) / v["limit_scale"])
+        x = f"{max(parts):.2f}" if r["status"] == "pass" or max(parts) > 1 else "masked rows"
+    return f"✓ {x}" if r["status"] == "pass" else f"**✗ {x}**"
+
+
+def _issues_md(summary: dict) -> list[str]:
+    lines = []
+    failed = {n: s for n, s in summary.items() if s["status"] == "fail"}
+    if failed:
+        lines += ["### Failures", ""]
+        for name, s in failed.items():
+            lines.append(f"- `{name}`: {s['fail'] + s['error']} case(s) failed")
+            for f in s["failures"][:4]:
+                hint = f" — *{f['hint']}*" if f["hint"] else ""
+                lines.append(f"  - {f['case']} {f['dtype']}: {f['reason']}{hint}")
+        lines.append("")
+    rejected = {n: s for n, s in summary.items() if s["rejections"]}
+    if rejected:
+        lines += ["### Rejected (did not run; the reason is the implementation's own)", ""]
+        for name, s in rejected.items():
+            reasons = list(dict.fromkeys(r["reason"] for r in s["rejections"]))
+            cases = ", ".join(f"{r['case']} {r['dtype']}" for r in s["rejections"])
+            lines.append(f"- `{name}` ({cases}): " + " / ".join(reasons[:3]))
+        lines.append("")
+    return lines
