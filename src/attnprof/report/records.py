@@ -41,6 +41,14 @@ def _git_sha() -> str | None:
     return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
+def _command_line(argv: list[str] | None) -> list[str]:
+    """The command as the user typed it: `attnprof …`, whether run as a script or `python -m attnprof`."""
+    args = list(sys.argv if argv is None else argv)
+    if args and (args[0].endswith(("__main__.py", "/attnprof")) or args[0] == "attnprof"):
+        args[0] = "attnprof"
+    return args
+
+
 def _version(distribution: str) -> str | None:
     """Installed version from package metadata: no import (importing transformers alone costs seconds)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -72,7 +80,7 @@ def provenance(device: str, seed: int | None = None, argv: list[str] | None = No
         "python": platform.python_version(),
         "git_sha": _git_sha(),
         "seed": seed,
-        "argv": list(sys.argv if argv is None else argv),
+        "argv": _command_line(argv),
         "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     if cuda:
@@ -92,6 +100,9 @@ def write_atomic(path: Path, text: str | bytes) -> Path:
         try:
             with os.fdopen(fd, mode) as fh:
                 fh.write(text)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is as readable as any file the user makes
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
