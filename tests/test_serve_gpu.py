@@ -24,21 +24,23 @@ def model(tmp_path_factory):
     return build_model(str(path), attn_implementation="eager", dtype="bf16", device="cuda")
 
 
-@pytest.mark.parametrize("impl", ["eager", "sdpa", "kernel"])
+@pytest.mark.parametrize("impl", ["eager", "sdpa", "sdpa-cudnn", "kernel"])
 def test_prefill_and_decode_on_the_gpu(model, impl):
-    (chosen,) = resolve_impls(impl, "cuda", dtype="bf16", head_dim=64)
+    (chosen,) = resolve_impls(impl, "cuda", config=model.config, dtype="bf16", context=512)
     if chosen.rejected:
         pytest.skip(f"{impl}: {chosen.rejected}")
     model.set_attn_implementation(chosen.attn_implementation)
-    p = measure_prefill(model, impl, batch=2, context=512, device="cuda", reps=3)
+    with chosen.context():
+        p = measure_prefill(model, impl, batch=2, context=512, device="cuda", reps=3)
+        d = measure_decode(model, impl, batch=4, context=256, new_tokens=6, device="cuda")
     assert p.status == "ok" and p.tokens == 1024 and p.share.basis == "gpu-kernels"
     assert 0 < p.attention_share < 1 and p.peak_mib > 0
     if impl == "eager":
         assert "fused_attention" not in p.share.roles and "softmax" in p.share.roles
     else:
         assert "fused_attention" in p.share.roles
-        assert set(p.share.backends) <= ({"kernel"} if impl == "kernel" else {"cudnn", "flash", "efficient"})
-    d = measure_decode(model, impl, batch=4, context=256, new_tokens=6, device="cuda")
+        expected = {"kernel": {"kernel"}, "sdpa-cudnn": {"cudnn"}}.get(impl, {"cudnn", "flash", "efficient"})
+        assert set(p.share.backends) <= expected
     assert d.status == "ok" and d.tokens == 4 * 5 and d.share.attention_ms > 0
 
 

@@ -64,7 +64,19 @@ def test_amdahl_and_percentiles():
     assert percentile([1.0, 2.0], 99) == pytest.approx(1.99)
 
 
-def test_impls_put_eager_first_and_refuse_unknown_names():
+def test_impls_put_eager_first_and_refuse_unknown_names(model):
     assert [i.name for i in resolve_impls("sdpa,eager", "cpu")] == ["eager", "sdpa"]
+    assert [i.name for i in resolve_impls(None, "cpu", dtype="fp32")] == ["eager", "sdpa"]  # no kernel on a CPU
+    kernel = resolve_impls("kernel", "cpu", config=model.config, dtype="fp32")[0]
+    assert kernel.rejected and "fp32" in kernel.rejected
     with pytest.raises(UsageError, match="unknown attention implementation 'fast'"):
         resolve_impls("eager,fast", "cpu")
+
+
+def test_a_pinned_sdpa_backend_runs_inside_its_context(model):
+    (pinned,) = resolve_impls("sdpa-math", "cpu", config=model.config, dtype="fp32")
+    assert pinned.rejected is None and pinned.attn_implementation == "sdpa"
+    model.set_attn_implementation(pinned.attn_implementation)
+    with pinned.context():
+        p = measure_prefill(model, "sdpa-math", batch=1, context=13, device="cpu", reps=1)
+    assert p.tokens == 13 and "fused_attention" not in p.share.roles  # math: the unfused ops, no fused kernel

@@ -32,8 +32,9 @@ def register(sub) -> None:
     p.add_argument("--model", default=None, help="preset name or a config.json (default: tiny-llama on CPU, "
                                                  "llama-1b on CUDA)")
     p.add_argument("--impls", "--variants", dest="impls", default=None,
-                   help="attention implementations, comma-separated: eager, sdpa, kernel (default: eager,sdpa "
-                        "and the stage-four kernel when it can run here)")
+                   help="attention implementations, comma-separated: eager, sdpa, sdpa-flash|efficient|cudnn|math, "
+                        "flex_attention, kernel, or package.module:function (default: eager,sdpa and the stage-four "
+                        "kernel when it can run here; keep eager in: it is the baseline)")
     p.add_argument("--dtype", default=None, help="bf16, fp16, fp32 (default: bf16 on CUDA, fp32 on CPU)")
     g = p.add_argument_group("prefill and decode")
     g.add_argument("--batch", default=None, help="prefill batch sizes, comma-separated")
@@ -144,9 +145,8 @@ def run(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     plan = _plan(args, device)
-    cfg = plan["config"]
-    impls = resolve_impls(args.impls, device, dtype=plan["dtype"],
-                          head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+    impls = resolve_impls(args.impls, device, config=plan["config"], dtype=plan["dtype"],
+                          context=max(plan.get("context") or [plan.get("decode_context") or 1024]))
     folder = out_dir(args, "serve")
     data = _measure(plan, impls, device, args, progress, err)
     data["provenance"] = provenance(device, seed=args.seed)

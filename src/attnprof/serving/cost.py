@@ -125,7 +125,8 @@ def answer(prefill: list[dict], decode: list[dict], stream: list[dict], price: f
         if ooms:
             text += f" (out of memory: {', '.join(ooms)})"
         if shares:
-            text += f"; attention was {min(shares):.0%}–{max(shares):.0%} of eager's step"
+            lo, hi = f"{min(shares):.0%}", f"{max(shares):.0%}"
+            text += f"; attention was {lo if lo == hi else f'{lo}–{hi}'} of eager's step"
         if pred:
             text += f", so Amdahl's law predicts {_span(pred)}"
         parts.append(text + ".")

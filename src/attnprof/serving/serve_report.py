@@ -87,7 +87,7 @@ def markdown(data: dict) -> str:
              f"Price: ${data['gpu_hour_price']:.2f} per GPU-hour ({data['price_note']})."]
     rejected = [i for i in data["impls"] if i["reason"]]
     if rejected:
-        lines += ["", "Not run: " + "; ".join(f"{i['name']}: {i['reason']}" for i in rejected) + "."]
+        lines += ["", "Not run: " + "; ".join(i["reason"] for i in rejected) + "."]
     for mode, title, lat, tok in (("prefill", "Prefill: one forward over the prompt that fills the KV cache",
                                    "step ms", "input"),
                                   ("decode", "Decode: `generate` with the KV cache, timed from the first to the last "

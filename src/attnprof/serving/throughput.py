@@ -24,7 +24,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from attnprof.bench.timing import time_call
-from attnprof.errors import CheckFailed, UsageError
+from attnprof.errors import CheckFailed
 
 ATTENTION_RANGE = "attnprof::attention"
 STEP_RANGE = "attnprof::serve_step"
@@ -104,61 +104,54 @@ def amdahl(share_base: float, attention_base_ms: float, attention_new_ms: float)
 
 # ------------------------------------------------------------------------------------ implementations to compare --
 
-@dataclass(frozen=True)
-class ModelImpl:
-    """One attention implementation of a transformers model: its `attn_implementation` name, a context that must be
-    active while it runs (a pinned SDPA backend), or the reason it cannot run here."""
-
-    name: str
-    attn_implementation: str
-    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-    rejected: str | None = None
+DEFAULT_IMPLS = "eager,sdpa,kernel"
 
 
-# Until serving/attention.py (the model-level implementations) lands: the two every transformers model has, and the
-# stage-four kernel registered with transformers by variants/kernel_hub.
-_BUILTIN = {"eager": "eager", "sdpa": "sdpa"}
-KNOWN_IMPLS = ("eager", "sdpa", "kernel")
-DEFAULT_IMPLS = ("eager", "sdpa")
+def resolve_impls(spec: str | None, device: str, *, config=None, dtype: str = "bf16", context: int = 1024) -> list:
+    """Names → `serving.attention.AttentionImpl`s (eager, sdpa, sdpa-<backend>, flex_attention, kernel, pkg.mod:fn),
+    eager first: it is the baseline every gain is measured against. An unknown name is a UsageError.
+
+    Without `spec`: eager, sdpa, and the stage-four kernel when it can run here. Asked for by name, an implementation
+    that cannot run comes back rejected with the reason (a row in the report), never silently replaced. `config` (the
+    model's) lets a pinned SDPA backend be refused up front with PyTorch's own reason."""
+    import dataclasses
+
+    from attnprof.serving import attention
+
+    workload = None
+    if config is not None:
+        from attnprof.workload import Workload
+
+        heads = config.num_attention_heads
+        workload = Workload(batch=1, heads=heads, kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+                            seq=context, head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+                            dtype=dtype, causal=True, device=device)
+    impls = attention.resolve_impls(spec or DEFAULT_IMPLS, device, workload=workload)
+    out = []
+    for impl in impls:
+        if impl.name == "kernel" and impl.rejected is None:
+            why = _kernel_cannot_run(device, dtype, workload)
+            if why:
+                impl = dataclasses.replace(impl, rejected=f"kernel: {why}")
+        if spec or impl.rejected is None:
+            out.append(impl)
+    out.sort(key=lambda i: i.name != "eager")
+    return out
 
 
-def resolve_impls(spec: str | None, device: str, *, dtype: str = "bf16", head_dim: int | None = None) -> list[ModelImpl]:
-    """`eager,sdpa,kernel` → implementations, eager first (the baseline); an unknown name is a UsageError.
-
-    Without `spec`: eager, sdpa, and the kernel when it can run here. Asked for by name, a kernel that cannot run
-    comes back rejected with the reason (a row in the report), never silently replaced."""
-    names = [n.strip() for n in spec.split(",") if n.strip()] if spec else list(KNOWN_IMPLS)
-    unknown = [n for n in names if n not in KNOWN_IMPLS]
-    if unknown:
-        raise UsageError(f"unknown attention implementation {unknown[0]!r}; known: {', '.join(KNOWN_IMPLS)}")
-    names = list(dict.fromkeys(names))
-    names.sort(key=lambda n: n != "eager")
-    impls = [ModelImpl(name=n, attn_implementation=_BUILTIN[n]) if n in _BUILTIN else _kernel(device, dtype, head_dim)
-             for n in names]
-    return [i for i in impls if spec or i.rejected is None]
-
-
-def _kernel(device: str, dtype: str, head_dim: int | None) -> ModelImpl:
-    """The stage-four kernel as a transformers attention implementation, or the reason it cannot run here."""
+def _kernel_cannot_run(device: str, dtype: str, workload) -> str | None:
     import os
 
     from attnprof.variants import kernel_hub
-    from attnprof.variants.base import Rejected
-
-    def no(reason: str) -> ModelImpl:
-        return ModelImpl(name="kernel", attn_implementation=kernel_hub.ATTN_IMPLEMENTATION, rejected=reason)
 
     if dtype not in ("fp16", "bf16"):
-        return no(f"the kernel takes fp16 or bf16, not {dtype}")
+        return f"it takes fp16 or bf16, not {dtype}"
     if not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
-        return no("no CUDA device here and Triton's interpreter is off")
-    name = kernel_hub.register_transformers_attention()
-    if isinstance(name, Rejected):
-        return no(name.reason)
+        return "no CUDA device here and Triton's interpreter is off"
     dims = getattr(kernel_hub.load(), "SUPPORTED_HEAD_DIMS", None)
-    if head_dim is not None and dims is not None and head_dim not in dims:
-        return no(f"head dim {head_dim} is not one the kernel supports ({', '.join(map(str, dims))})")
-    return ModelImpl(name="kernel", attn_implementation=name)
+    if workload is not None and dims is not None and workload.head_dim not in dims:
+        return f"head dim {workload.head_dim} is not one it supports ({', '.join(map(str, dims))})"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- attention scope --
@@ -201,8 +194,9 @@ def _subtree(event) -> Iterator:
 
 
 def _kernels(event) -> Iterator:
+    """Device kernels, memcpys and memsets launched under `event`; not the GPU-side copies of our own ranges."""
     for e in _subtree(event):
-        yield from e.kernels
+        yield from (k for k in e.kernels if not k.name.startswith("attnprof::"))
 
 
 def _cpu_leaves(event, parents: tuple[str, ...] = ()) -> Iterator[tuple[str, tuple[str, ...], float]]:
