@@ -110,14 +110,17 @@ def answer(prefill: list[dict], decode: list[dict], stream: list[dict], price: f
     """A plain answer to "does the attention gain survive a real serving loop, and what does a token cost?",
     computed from the rows (never pre-written)."""
     parts: list[str] = []
-    static_gains: list[float] = []
+    static_gains: dict[str, list[float]] = {}  # impl → its gains over eager in prefill and decode
+    for rows in (prefill, decode):
+        for r in rows:
+            if r["impl"] != "eager" and r.get("gain_over_eager"):
+                static_gains.setdefault(r["impl"], []).append(r["gain_over_eager"])
     for mode, rows in (("prefill", prefill), ("decode", decode)):
         impl = _best(rows)
         if impl is None:
             continue
         mine = [r for r in rows if r["impl"] == impl and r.get("gain_over_eager")]
         gains = [r["gain_over_eager"] for r in mine]
-        static_gains += gains
         shares = [r["attention_share"] for r in rows if r["impl"] == "eager" and r.get("attention_share") is not None]
         pred = [r["amdahl_predicted"] for r in mine if r.get("amdahl_predicted")]
         text = f"{mode}: {impl} runs at {_span(gains)} eager's tokens/s"
@@ -134,14 +137,15 @@ def answer(prefill: list[dict], decode: list[dict], stream: list[dict], price: f
     if text:
         parts.append(text)
     if verdict is None and static_gains:
-        verdict = (f"In static batches the gain is {_span(static_gains)}; the continuous-batching loop was not run "
+        every = [g for gains in static_gains.values() for g in gains]
+        verdict = (f"In static batches the gain is {_span(every)}; the continuous-batching loop was not run "
                    "or no implementation completed it, so this run cannot say whether it survives.")
     costs = _cost_sentence(prefill, decode, stream, price)
     head = [verdict] if verdict else []
     return " ".join(head + parts + ([costs] if costs else []))
 
 
-def _stream_verdict(stream: list[dict], static_gains: list[float], span_s: float | None):
+def _stream_verdict(stream: list[dict], static_gains: dict[str, list[float]], span_s: float | None):
     """(verdict, description) for the continuous-batching rows; (None, "") when there is nothing to compare."""
     e = next((r for r in stream if r["impl"] == "eager"), None)
     others = [r for r in stream if r["impl"] != "eager" and r["status"] == "ok" and r["completed"]]
@@ -149,13 +153,15 @@ def _stream_verdict(stream: list[dict], static_gains: list[float], span_s: float
         return None, ""
     fails = [f"{r['impl']} {r['failed']}/{r['requests']}" for r in stream if r.get("failed")]
     failed = f"failed requests: {', '.join(fails) if fails else 'none'}"
-    against = f", against {_span(static_gains)} in static prefill/decode" if static_gains else ""
+    def against(impl: str) -> str:
+        return f", against {_span(static_gains[impl])} in static prefill/decode" if static_gains.get(impl) else ""
+
     if e["status"] != "ok" or not e["completed"]:
         best = max(others, key=lambda r: r["output_tokens_per_s"])
         why = (e.get("failures") or [{}])[0].get("error") or e.get("reason") or "no request completed"
         return (f"Eager could not serve the stream at all ({why}); {best['impl']} served it at "
                 f"{best['output_tokens_per_s']:.0f} output tokens/s, so in this loop the fused attention is the "
-                f"difference between serving and not{against}.", f"continuous batching: {failed}.")
+                f"difference between serving and not{against(best['impl'])}.", f"continuous batching: {failed}.")
     s = max(others, key=lambda r: r.get("gain_over_eager") or 0.0)
     g = s["gain_over_eager"]
     text = (f"continuous batching ({s['requests']} requests): {s['impl']} serves {s['output_tokens_per_s']:.0f} "
@@ -180,7 +186,7 @@ def _stream_verdict(stream: list[dict], static_gains: list[float], span_s: float
         verdict = f"No: in the serving loop {s['impl']} is slower than eager ({g:.2f}× {measure}"
     if e.get("failed"):
         verdict += f"; eager also failed {e['failed']} of {e['requests']} requests"
-    return verdict + against + ").", text
+    return verdict + against(s["impl"]) + ").", text
 
 
 def _cost_sentence(prefill: list[dict], decode: list[dict], stream: list[dict], price: float) -> str:
