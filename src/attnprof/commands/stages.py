@@ -7,7 +7,7 @@ import shlex
 import sys
 
 from attnprof.commands.common import (add_output_args, add_variants_arg, add_workload_args, emit_json, out_dir,
-                                      workload_from_args)
+                                      variants_from_args, workload_from_args)
 
 
 def register(sub) -> None:
@@ -27,12 +27,11 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.report.render import err, progress
     from attnprof.report.stages_report import markdown, print_terminal
     from attnprof.stages import results_json, run_stages
-    from attnprof.variants import resolve_variants
 
     if args.steps < 1 or args.reps < 20:
         raise UsageError("--steps must be >= 1 and --reps >= 20 (a median of fewer runs is noise)")
     workload, note = workload_from_args(args)
-    variants = resolve_variants(args.variants)
+    variants = variants_from_args(args)
     folder = out_dir(args, "stages")
     err.print(f"[dim]{note}[/dim]")
     with progress() as bar:

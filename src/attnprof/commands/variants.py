@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from attnprof.commands.common import add_output_args, add_variants_arg, add_workload_args, emit_json, workload_from_args
+from attnprof.commands.common import (add_output_args, add_variants_arg, add_workload_args, emit_json,
+                                      variants_from_args, workload_from_args)
 
 
 def register(sub) -> None:
@@ -20,10 +21,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from attnprof.report.render import out
-    from attnprof.variants import resolve_variants
 
     workload, note = workload_from_args(args)
-    variants = resolve_variants(args.variants or "all")
+    variants = variants_from_args(args, default="all")
     table = Table(title=f"variants for {workload.label()} on {workload.device}", caption=note, caption_justify="left")
     for h in ("name", "stage", "status", "what it is / why not"):
         table.add_column(h, overflow="fold")
