@@ -187,7 +187,8 @@ def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         # a pinned backend or our kernel refusing the inputs in its own words is a refusal; anything else a failure
         refused = (impl.name.startswith("sdpa-") and "No available kernel" in text) or \
-            (impl.name == "kernel" and "padding" in text)
+            (impl.name == "kernel" and "padding" in text) or \
+            (impl.name == "flex_attention" and ("Inductor" in type(exc).__name__ or "Compile" in text))
         status = "rejected" if refused else "error"
         return ModelResult(impl.name, dtype, status, reason=f"{impl.name}: {type(exc).__name__}: {text}"[:400])
     finally:

@@ -1,0 +1,132 @@
+"""The numerics gate against the fp64 oracle: metrics, the effective-scale estimate, and the mutation suite.
+
+Every broken function in tests/broken must fail with a reason that names its bug class, and every correct
+implementation (SDPA on this device, a plain and a FlashAttention-style blockwise user function) must pass,
+in fp32 and bf16, on the same inputs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `tests.broken` as module:function specs
+
+from attnprof.numerics.cases import default_cases  # noqa: E402
+from attnprof.numerics.compare import compare, valid_rows_of  # noqa: E402
+from attnprof.numerics.gate import Rule, judge  # noqa: E402
+from attnprof.numerics.kernel import verify_kernels  # noqa: E402
+from attnprof.numerics.scale import scale_direction, scale_error  # noqa: E402
+from attnprof.variants import reference_attention, resolve_variants  # noqa: E402
+from attnprof.variants.naive import eager_attention  # noqa: E402
+from attnprof.workload import Workload  # noqa: E402
+
+
+def _cases(dtype: str, names: list[str] | None = None):
+    cases = default_cases("cpu", dtype)
+    return [c for c in cases if names is None or c.name in names]
+
+
+def test_compare_finds_the_worst_element_nans_and_masked_rows():
+    w = Workload(batch=2, heads=2, seq=12, kv_seq=8, head_dim=8, causal=True)  # first 4 rows see no key
+    inputs = w.make_inputs(3)
+    ref = reference_attention(inputs)
+    rows = valid_rows_of(inputs.valid, ref.shape)
+    out = ref.clone().float()
+    out[1, 0, 9, 5] += 0.25
+    out[0, 1, 0, :] = float("nan")  # a fully-masked row
+    a = compare(out, ref, dtype="fp32", valid_rows=rows)
+    assert a.worst_index == (1, 0, 9, 5)
+    assert a.max_abs == pytest.approx(0.25, rel=1e-4)
+    assert a.mismatches == 1 and a.finite
+    assert a.masked_rows == 2 * 2 * 4 and a.masked_nan == 8 and not a.masked_rows_zero
+    assert "[1, 0, 9, 5]" in a.describe() and "fully-masked" in a.describe()
+    out[1, 1, 11, 0] = float("nan")  # now a valid row
+    b = compare(out, ref, dtype="fp32", valid_rows=rows)
+    assert b.nan_out == 1 and not b.finite and b.worst_index == (1, 1, 11, 0)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("factor", [1.0, 1.01, 0.995])
+def test_effective_scale_estimate(dtype, factor):
+    w = Workload(batch=2, heads=4, kv_heads=2, seq=65, head_dim=48, dtype=dtype, causal=True)
+    inputs = w.make_inputs(0)
+    ref = reference_attention(inputs)
+    direction = scale_direction(inputs)
+    scaled = type(inputs)(inputs.q, inputs.k, inputs.v, causal=inputs.causal, scale=inputs.scale * factor,
+                          attn_mask=inputs.attn_mask, valid=inputs.valid)
+    out = eager_attention(scaled, inplace=False) if dtype == "fp32" else reference_attention(scaled).to(torch.bfloat16)
+    eps = scale_error(out, ref, direction, valid_rows_of(inputs.valid, ref.shape))
+    assert eps == pytest.approx(factor - 1, abs=3e-4 if dtype == "bf16" else 5e-5)  # first-order: O(ε²) bias
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_correct_implementations_pass_every_default_case(dtype):
+    variants = resolve_variants("sdpa,sdpa-math,sdpa-flash,tests.broken:correct")
+    runs = verify_kernels(variants, _cases(dtype), seed=11)
+    for run in runs:
+        for r in run.results:
+            assert r.status in ("pass", "rejected"), f"{r.variant} {run.case.name} {dtype}: {r.reason}"
+        assert any(r.status == "pass" for r in run.results)
+
+
+def test_blockwise_fp32_accumulator_control_passes_in_bf16():
+    runs = verify_kernels(resolve_variants("tests.broken:blockwise_fp32"), _cases("bf16", ["odd-causal", "decode"]),
+                          seed=5)
+    assert [r.status for run in runs for r in run.results] == ["pass", "pass"]
+
+
+# mutant → (cases that show it, words the hint must contain)
+MUTATIONS = {
+    "scale_off_1pct": (["odd-causal", "decode"], "softmax scale off by +1.0"),
+    "scale_1_over_d": (["odd-full"], "softmax scale off by"),
+    "causal_off_by_one": (["odd-causal"], "causal mask off by one"),
+    "causal_top_left": (["chunk"], "top-left"),
+    "padded_rows_nan": (["pad-left"], "rows that see no key are not zeros"),
+    "padded_rows_mean": (["fully-masked"], "rows that see no key are not zeros"),
+    "padding_ignored": (["pad-right"], "padding mask ignored"),
+    "bool_mask_as_bias": (["pad-left"], "0/1 bias"),
+    "gqa_tiled": (["gqa"], "GQA heads mapped wrongly"),
+    "last_key_dropped": (["odd-full"], "never read"),
+}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("mutant", sorted(MUTATIONS))
+def test_mutant_fails_with_a_useful_reason(mutant, dtype):
+    cases, words = MUTATIONS[mutant]
+    runs = verify_kernels(resolve_variants(f"tests.broken:{mutant},sdpa"), _cases(dtype, cases), seed=7)
+    for run in runs:
+        broken, sdpa = run.results
+        assert sdpa.status == "pass", sdpa.reason
+        assert broken.status == "fail", f"{mutant} passed {run.case.name} {dtype}"
+        assert broken.reason
+        assert words in (broken.hint or ""), broken.hint
+
+
+@pytest.mark.parametrize("dtype, case", [("fp32", "odd-causal"), ("bf16", "decode")])
+def test_half_precision_accumulator_fails_as_precision_loss(dtype, case):
+    runs = verify_kernels(resolve_variants("tests.broken:half_accumulator"), _cases(dtype, [case]), seed=2)
+    (r,) = runs[0].results
+    assert r.status == "fail"
+    assert "precision loss" in (r.hint or "")
+
+
+def test_k_and_masked_rows_policy_are_configurable():
+    w = Workload(batch=2, heads=2, seq=10, kv_seq=6, head_dim=8, causal=True)
+    inputs = w.make_inputs(0)
+    ref = reference_attention(inputs)
+    rows = valid_rows_of(inputs.valid, ref.shape)
+    base = compare(eager_attention(inputs, inplace=False), ref, dtype="fp32", valid_rows=rows)
+    naive = compare(eager_attention(inputs, inplace=False), ref, dtype="fp32", valid_rows=rows)
+    assert naive.masked_nan > 0  # plain PyTorch itself leaves NaN in rows that see no key
+    assert not judge(naive, base, "fp32", Rule()).ok
+    lenient = judge(naive, base, "fp32", Rule(masked_rows="report"))
+    assert lenient.ok and lenient.warnings
+    off = ref.float() * 1.001
+    assert judge(compare(off, ref, dtype="fp32", valid_rows=rows), base, "fp32", Rule(k=2)).ok is False
+    assert judge(compare(off, ref, dtype="fp32", valid_rows=rows), base, "fp32",
+                 Rule(k=1e9, masked_rows="report")).ok is True

@@ -1,0 +1,110 @@
+"""`attnprof verify` end to end on the CPU: reports, exit codes, bad input, and the model-level gate."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `tests.broken` as module:function specs
+
+from attnprof.cli import main  # noqa: E402
+from attnprof.errors import UsageError  # noqa: E402
+from attnprof.serving.attention import resolve_impls  # noqa: E402
+
+
+def _verify(tmp_path, *extra) -> tuple[int, dict | None]:
+    rc = main(["verify", "--device", "cpu", "--out", str(tmp_path), "--seed", "3", *extra])
+    path = tmp_path / "verify.json"
+    return rc, (json.loads(path.read_text()) if path.exists() else None)
+
+
+def test_kernel_level_passes_correct_backends_and_writes_the_report(tmp_path, capsys):
+    rc, data = _verify(tmp_path, "--cases", "odd-causal,pad-left", "--dtype", "fp32,bf16",
+                       "--variants", "sdpa,sdpa-efficient,tests.broken:correct", "--json")
+    assert rc == 0
+    assert data["schema"] == "attnprof.verify/1" and data["ok"] is True
+    assert data["provenance"]["seed"] == 3 and data["seed"] == 3
+    summary = data["kernel"]["summary"]
+    assert summary["sdpa"]["status"] == "pass" and summary["tests.broken:correct"]["status"] == "pass"
+    assert summary["sdpa-efficient"]["status"] == "rejected"
+    assert "no CPU kernel" in summary["sdpa-efficient"]["rejections"][0]["reason"]
+    md = (tmp_path / "verify.md").read_text()
+    assert "# attnprof verify: PASS" in md and "sdpa-efficient" in md and "Rejected" in md
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["ok"] is True and last["kernel"]["sdpa"] == "pass"
+
+
+def test_broken_variant_exits_1_after_writing_the_reason(tmp_path, capsys):
+    rc, data = _verify(tmp_path, "--cases", "gqa", "--dtype", "bf16", "--variants", "sdpa,tests.broken:gqa_tiled")
+    assert rc == 1
+    assert data["ok"] is False
+    fail = data["kernel"]["summary"]["tests.broken:gqa_tiled"]["failures"][0]
+    assert "GQA heads mapped wrongly" in fail["hint"]
+    assert "max abs error" in fail["reason"]
+    assert "gqa_tiled" in capsys.readouterr().err
+
+
+def test_given_workload_replaces_the_default_cases(tmp_path):
+    rc, data = _verify(tmp_path, "--seq", "33", "--kv-seq", "70", "--heads", "4", "--kv-heads", "2",
+                       "--head-dim", "24", "--batch", "1", "--dtype", "fp32", "--variants", "sdpa-math")
+    assert rc == 0
+    (case,) = data["kernel"]["cases"]
+    assert case["name"] == "given" and case["workload"]["kv_seq"] == 70 and case["workload"]["kv_heads"] == 2
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--variants", "tests.broken:wrong_signature"], "must accept"),
+    (["--variants", "tests.broken:wrong_layout", "--cases", "gqa"], "returned"),
+    (["--variants", "no_such_module_xyz:fn"], "cannot import"),
+    (["--model", "no-such-preset"], "unknown model preset"),
+    (["--dtype", "fp8"], "unknown dtype"),
+    (["--device", "cuda:7"], "cuda"),
+    (["--cases", "nope"], "unknown case"),
+    (["--model", "tiny-llama", "--impls", "eager,warp-speed"], "unknown attention implementation"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, words):
+    rc, data = _verify(tmp_path, "--dtype", "fp32", *args)  # a later --dtype wins
+    assert rc == 2
+    assert data is None  # nothing half-written
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("attnprof: error:") and words in err[-1]
+    assert "Traceback" not in "\n".join(err)
+
+
+def test_model_level_fails_a_broken_user_function_and_passes_sdpa(tmp_path):
+    rc, data = _verify(tmp_path, "--model", "tiny-llama", "--dtype", "fp32", "--impls",
+                       "eager,sdpa,sdpa-efficient,tests.broken:gqa_tiled", "--decode-tokens", "4")
+    assert rc == 1
+    by = {(r["impl"], r["dtype"]): r for r in data["model"]["results"]}
+    assert by[("eager", "fp32")]["status"] == "baseline"
+    assert by[("sdpa", "fp32")]["status"] == "pass"
+    assert by[("sdpa", "fp32")]["agreement"]["prefix_min"] == 4
+    assert by[("sdpa-efficient", "fp32")]["status"] == "rejected"
+    broken = by[("tests.broken:gqa_tiled", "fp32")]
+    assert broken["status"] == "fail" and "top-1 agreement" in broken["reason"]
+
+
+def test_model_level_passes_correct_backends_in_bf16_and_catches_nan_padding(tmp_path):
+    rc, data = _verify(tmp_path, "--model", "tiny-qwen", "--dtype", "bf16", "--impls",
+                       "sdpa,sdpa-math,tests.broken:correct,tests.broken:padded_rows_nan", "--decode-tokens", "3")
+    assert rc == 1
+    status = {r["impl"]: r["status"] for r in data["model"]["results"]}
+    assert status == {"eager": "baseline", "sdpa": "pass", "sdpa-math": "pass", "tests.broken:correct": "pass",
+                      "tests.broken:padded_rows_nan": "fail"}
+    nan_row = next(r for r in data["model"]["results"] if r["impl"] == "tests.broken:padded_rows_nan")
+    assert "NaN" in nan_row["reason"]
+
+
+def test_attention_map_names_and_refusals():
+    impls = {i.name: i for i in resolve_impls("eager,sdpa,sdpa-cudnn,flex,kernel,tests.broken:correct", "cpu")}
+    assert impls["eager"].attn_implementation == "eager" and impls["flex_attention"].attn_implementation == "flex_attention"
+    assert impls["sdpa-cudnn"].rejected and "cudnn" in impls["sdpa-cudnn"].rejected
+    assert impls["kernel"].rejected or impls["kernel"].attn_implementation
+    from transformers import AttentionInterface
+
+    assert impls["tests.broken:correct"].attn_implementation in AttentionInterface._global_mapping
+    with pytest.raises(UsageError):
+        resolve_impls("sdpa,bogus", "cpu")
