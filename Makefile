@@ -22,7 +22,7 @@ test: $(STAMP)
 # On the GPU machine there is no venv: the image's python3 already has torch, triton and transformers.
 GPU_PY := $(if $(wildcard $(PY)),$(PY),python3)
 test-gpu:
-	PYTHONPATH=src $(GPU_PY) -m pytest -q -m cuda tests/
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) -m pytest -q -m cuda tests/
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
