@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -72,16 +71,9 @@ def faster_than(backend: str, device) -> list[str]:
 
 
 def _cuda_refusal(backend: str, params) -> str | None:
-    can_use = {"flash": torch.backends.cuda.can_use_flash_attention,
-               "efficient": torch.backends.cuda.can_use_efficient_attention,
-               "cudnn": torch.backends.cuda.can_use_cudnn_attention}[backend]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ok = can_use(params, debug=True)
-    if ok:
-        return None
-    said = [str(w.message).strip() for w in caught]
-    return "; ".join(said) or f"torch.backends.cuda.can_use_{backend}_attention returned False with no reason"
+    from attnprof.variants.sdpa import can_use_reason
+
+    return can_use_reason(backend, params)
 
 
 def _cpu_flash_refusal(q, k, v, mask, dropout, causal, enable_gqa) -> str | None:

@@ -8,10 +8,8 @@ forward step that launched it. The trace is exported as Chrome JSON, which Perfe
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from attnprof.profiling.trace import STEP_PREFIX
+from attnprof.stderr import capture_fd2
 
 
 def capture(step_fn: Callable[[], object], trace_path: Path, *, device: str, steps: int = 5, warmup: int = 3) -> Path:
@@ -57,17 +56,8 @@ _CHATTER = re.compile(r"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\]")
 @contextlib.contextmanager
 def _without_kineto_chatter() -> Iterator[None]:
     """Kineto's C++ prints `USDT: … profiler_start` lines on fd 2 at every start and stop; keep everything else."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            kept = [line for line in sink.read().decode(errors="replace").splitlines() if not _CHATTER.match(line)]
-            if kept:
-                sys.stderr.write("\n".join(kept) + "\n")
+    with capture_fd2() as lines:
+        yield
+    kept = [line for line in lines if not _CHATTER.match(line)]
+    if kept:
+        sys.stderr.write("\n".join(kept) + "\n")

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
+from attnprof.stderr import c10_warnings, capture_fd2
 from attnprof.variants.base import Accepted, Rejected, Support, Variant
 from attnprof.workload import Inputs, Workload
 
@@ -87,13 +88,24 @@ def backend_refusal(backend: str, workload: Workload, *, dropout: float = 0.0) -
         return None
     if not workload.device.startswith("cuda"):
         return _cpu_refusal(backend, workload)
-    params = sdpa_params(workload, dropout=dropout)
-    with warnings.catch_warnings(record=True) as caught:
+    return can_use_reason(backend, sdpa_params(workload, dropout=dropout))
+
+
+def can_use_reason(backend: str, params) -> str | None:
+    """None when `can_use_<backend>_attention(params)` holds, else PyTorch's own reasons for refusing.
+
+    The reasons are `TORCH_WARN`s: depending on how the binding was built they arrive as Python warnings or are
+    printed by c10 on fd 2, so both are read.
+    """
+    with capture_fd2() as printed, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ok = _CAN_USE[backend](params, debug=True)
     if ok:
         return None
-    said = [str(w.message).strip() for w in caught]
+    # c10's format when it matches; any other text the check printed is still PyTorch's words, kept as is
+    from_c10 = c10_warnings(printed) or [line.strip() for line in printed]
+    said = [str(w.message).split(" (Triggered internally")[0].strip() for w in caught] + from_c10
+    said = list(dict.fromkeys(s for s in said if s))
     return "; ".join(said) or f"torch.backends.cuda.can_use_{backend}_attention returned False with no reason"
 
 
