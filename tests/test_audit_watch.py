@@ -127,7 +127,7 @@ def test_eager_flex_attention_is_recorded_as_unfused():
     q, k, v = qkv()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with watch() as calls:
+        with watch(hook="mode") as calls:  # eager flex is seen by the TorchFunctionMode hook
             flex_attention(q, k, v)
     assert [c.kind for c in calls] == ["flex"]
     assert not calls[0].fused and calls[0].fell_back and "torch.compile" in explain(calls[0]).advice[0]
@@ -136,3 +136,40 @@ def test_eager_flex_attention_is_recorded_as_unfused():
 def test_explain_workload_on_cpu():
     ok = explain(Workload(batch=1, heads=2, seq=8, head_dim=16))
     assert ok.ok and ok.backend == "cpu_flash"
+
+
+def test_patch_hook_restores_sdpa_and_reuses_identical_envelopes():
+    import torch.nn.functional as F
+
+    original = F.scaled_dot_product_attention
+    q, k, v = qkv()
+    with watch() as calls:
+        for _ in range(3):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        with sdpa_kernel([SDPBackend.MATH]):  # other enabled backends: a different envelope, observed afresh
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert F.scaled_dot_product_attention is original
+    assert [c.observed for c in calls] == [True, False, False, True]
+    assert [c.backend for c in calls] == ["cpu_flash", "cpu_flash", "cpu_flash", "math"]
+    assert [c.index for c in calls] == [0, 1, 2, 3]
+
+
+def test_observe_every_records_the_operators_of_every_call():
+    import torch.nn.functional as F
+
+    q, k, v = qkv()
+    with watch(observe="every") as calls:
+        for _ in range(2):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert all(c.observed and c.ops for c in calls)
+
+
+def test_a_reference_bound_before_the_block_needs_the_mode_hook():
+    from torch.nn.functional import scaled_dot_product_attention as bound  # bound at import, as some code does
+
+    q, k, v = qkv()
+    with watch() as patched:
+        bound(q, k, v)
+    with watch(hook="mode") as moded:
+        bound(q, k, v)
+    assert patched == [] and [c.backend for c in moded] == ["cpu_flash"]

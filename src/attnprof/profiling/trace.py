@@ -112,8 +112,8 @@ def _event(raw: dict) -> Event:
 def split_steps(trace: Trace, prefix: str = STEP_PREFIX) -> list[Step]:
     """Group CPU ops, GPU work and memory events by step (see the module docstring for what a step is)."""
     ranges = [e for e in trace.events if e.cat == "user_annotation" and e.name.startswith(prefix)]
-    if not ranges:
-        ranges = [e for e in trace.events if e.name.startswith("ProfilerStep#")]
+    if not ranges:  # the CPU-side ranges only: Kineto mirrors each on the GPU timeline as gpu_user_annotation
+        ranges = [e for e in trace.events if e.name.startswith("ProfilerStep#") and e.cat == "user_annotation"]
     if ranges:
         steps = [Step(e.name, e.ts, e.dur) for e in sorted(ranges, key=lambda e: e.ts)]
     else:
