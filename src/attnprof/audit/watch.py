@@ -29,7 +29,7 @@ Calls made while Dynamo traces (inside `torch.compile`) are not recorded: the co
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import copy
 import functools
 import inspect
 import os
@@ -253,9 +253,10 @@ class _Watcher(TorchFunctionMode):
         if first is not None:  # the same envelope as an observed call: the same dispatch decision
             out = func(*args, **kwargs)
             module, module_class, location = self.sites.find()
-            self.records.append(dataclasses.replace(
-                first, module=module, module_class=module_class, location=location, index=len(self.records),
-                refusals=dict(first.refusals), observed=False))
+            rec = copy.copy(first)  # dataclasses.replace re-runs __init__ over 30 fields: 5x slower
+            rec.module, rec.module_class, rec.location = module, module_class, location
+            rec.index, rec.refusals, rec.observed = len(self.records), dict(first.refusals), False
+            self.records.append(rec)
             return out
         with _OpRecorder() as recorder:
             out = func(*args, **kwargs)
