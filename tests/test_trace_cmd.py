@@ -146,3 +146,18 @@ def test_bad_max_bytes_is_exit_2(tmp_path, capsys):
     path = record(tmp_path / "t.json", naive_step, steps=1)
     assert main(["trace", str(path), "--max-bytes", "lots"]) == 2
     assert "--max-bytes" in capsys.readouterr().err
+
+
+def test_gpu_work_is_attributed_to_named_ranges_by_launch_time_on_a_real_h200_trace():
+    from attnprof.profiling.classify import classify_gpu
+    from attnprof.profiling.trace import gpu_work_in_ranges, load_trace
+
+    path = Path(__file__).parent / "data" / "h200-naive.trace.json.gz"
+    if not path.exists():
+        pytest.skip("no H200 trace under tests/data")
+    trace = load_trace(path)
+    (work,) = gpu_work_in_ranges(trace, "ProfilerStep#3")
+    roles = sorted(classify_gpu(k.name).role for k in work)
+    # the tutorial's naive step on the H200: 2 GEMMs, scale, mask built twice, the copy, masked_fill, softmax, memset
+    assert roles == sorted(["gemm", "gemm", "scale", "mask_build", "mask_build", "copy", "mask_apply", "softmax",
+                            "memset"])

@@ -145,3 +145,24 @@ def split_steps(trace: Trace, prefix: str = STEP_PREFIX) -> list[Step]:
         if step is not None:
             (step.cpu_ops if e.cat == "cpu_op" else step.gpu).append(e)
     return steps
+
+
+def gpu_work_in_ranges(trace: Trace, name: str) -> list[list[Event]]:
+    """For each CPU range called `name` (a record_function), the GPU work launched inside it, by launch time.
+
+    The same attribution as `split_steps`, for any range: kernels launched through the runtime or the driver API
+    (Triton launches with cuLaunchKernel) alike. Ranges are returned in time order.
+    """
+    ranges = sorted((e for e in trace.events if e.name == name and e.cat == "user_annotation"), key=lambda e: e.ts)
+    launch_ts = {e.args.get("correlation"): e.ts for e in trace.events
+                 if e.cat in LAUNCH_CATEGORIES and e.args.get("correlation") is not None}
+    starts = [r.ts for r in ranges]
+    out: list[list[Event]] = [[] for _ in ranges]
+    for e in trace.events:
+        if e.cat not in GPU_CATEGORIES or e.args.get("correlation") not in launch_ts:
+            continue
+        ts = launch_ts[e.args["correlation"]]
+        i = bisect_right(starts, ts) - 1  # ranges of one name do not overlap in our use (a step, a call)
+        if i >= 0 and ts <= ranges[i].end:
+            out[i].append(e)
+    return out

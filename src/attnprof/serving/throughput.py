@@ -193,12 +193,6 @@ def _subtree(event) -> Iterator:
         yield from _subtree(child)
 
 
-def _kernels(event) -> Iterator:
-    """Device kernels, memcpys and memsets launched under `event`; not the GPU-side copies of our own ranges."""
-    for e in _subtree(event):
-        yield from (k for k in e.kernels if not k.name.startswith("attnprof::"))
-
-
 def _cpu_leaves(event, parents: tuple[str, ...] = ()) -> Iterator[tuple[str, tuple[str, ...], float]]:
     """(op, parents, ms) for the ops that do work under `event`; a fused attention op counts whole."""
     from attnprof.profiling.classify import classify_cpu, is_metadata
@@ -217,7 +211,7 @@ def _cpu_leaves(event, parents: tuple[str, ...] = ()) -> Iterator[tuple[str, tup
 
 def profile_share(step: Callable[[], object], model, device: str, *, steps: int = 2) -> Share:
     """Profile `steps` calls of `step` (already warmed up) and split each into attention / the rest."""
-    from attnprof.profiling.classify import classify_cpu, classify_gpu
+    from attnprof.profiling.classify import classify_cpu
 
     cuda = device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -227,35 +221,59 @@ def profile_share(step: Callable[[], object], model, device: str, *, steps: int 
                 step()
         if cuda:
             torch.cuda.synchronize(device)
+    if cuda:
+        return _gpu_share(prof, steps)
     cpu_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
     step_events = [e for e in cpu_events if e.name == STEP_RANGE]
     roles: dict[str, float] = {}
     backends: set[str] = set()
     attention = busy = 0.0
     for s in step_events:
-        attn_events = [e for e in _subtree(s) if e.name == ATTENTION_RANGE]
-        if cuda:
-            busy += sum(k.duration for k in _kernels(s)) / 1e3
-            for a in attn_events:
-                for k in _kernels(a):
-                    c = classify_gpu(k.name)
-                    roles[c.role] = roles.get(c.role, 0.0) + k.duration / 1e3
-                    attention += k.duration / 1e3
-                    if c.backend:
-                        backends.add(c.backend)
-        else:
-            busy += s.cpu_time_total / 1e3
-            for a in attn_events:
-                attention += a.cpu_time_total / 1e3
-                for name, parents, ms in _cpu_leaves(a):
-                    c = classify_cpu(name, parents)
-                    roles[c.role] = roles.get(c.role, 0.0) + ms
-                    if c.backend:
-                        backends.add(c.backend)
+        busy += s.cpu_time_total / 1e3
+        for a in (e for e in _subtree(s) if e.name == ATTENTION_RANGE):
+            attention += a.cpu_time_total / 1e3
+            for name, parents, ms in _cpu_leaves(a):
+                c = classify_cpu(name, parents)
+                roles[c.role] = roles.get(c.role, 0.0) + ms
+                if c.backend:
+                    backends.add(c.backend)
     n = max(1, len(step_events))
     return Share(attention_ms=attention / n, busy_ms=busy / n,
                  roles={k: v / n for k, v in sorted(roles.items())}, backends=tuple(sorted(backends)),
-                 basis="gpu-kernels" if cuda else "cpu-ops")
+                 basis="cpu-ops")
+
+
+def _gpu_share(prof, steps: int) -> Share:
+    """GPU kernels by launch time inside the step and attention ranges, read from the exported Kineto trace.
+
+    The profiler's event tree links only runtime-API launches to their CPU op; Triton kernels (our stage-four
+    kernel, compiled flex) launch through the driver API and would be missed, so the trace's correlation ids
+    are used instead, as `attnprof stages` does.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from attnprof.profiling.classify import classify_gpu
+    from attnprof.profiling.trace import gpu_work_in_ranges, load_trace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "share.json"
+        prof.export_chrome_trace(str(path))
+        trace = load_trace(path)
+    busy = sum(k.dur for work in gpu_work_in_ranges(trace, STEP_RANGE) for k in work) / 1e3
+    roles: dict[str, float] = {}
+    backends: set[str] = set()
+    attention = 0.0
+    for work in gpu_work_in_ranges(trace, ATTENTION_RANGE):
+        for k in work:
+            c = classify_gpu(k.name)
+            roles[c.role] = roles.get(c.role, 0.0) + k.dur / 1e3
+            attention += k.dur / 1e3
+            if c.backend:
+                backends.add(c.backend)
+    n = max(1, steps)
+    return Share(attention_ms=attention / n, busy_ms=busy / n, roles={k: v / n for k, v in sorted(roles.items())},
+                 backends=tuple(sorted(backends)), basis="gpu-kernels")
 
 
 # ------------------------------------------------------------------------------------------- prefill and decode --
@@ -341,7 +359,7 @@ def measure_decode(model, impl: str, *, batch: int, context: int, new_tokens: in
             prof = _decode_share(model, ids, device) if share else None
     except torch.OutOfMemoryError as exc:
         return _oom(impl, "decode", batch, context, exc, device, new_tokens)
-    gaps = [(b - a) * 1e3 for a, b in zip(clock.times, clock.times[1:])]
+    gaps = [(b - a) * 1e3 for a, b in zip(clock.times, clock.times[1:], strict=False)]
     tokens = int(generated.numel()) - batch  # the first new token is the prefill's: not timed as decode
     return Point(impl=impl, mode="decode", batch=batch, context=context, new_tokens=new_tokens, tokens=tokens,
                  seconds=clock.times[-1] - clock.times[0], step_ms=percentile(gaps, 50),
