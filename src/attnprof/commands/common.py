@@ -69,14 +69,15 @@ def workload_from_args(args: argparse.Namespace) -> tuple[Workload, str]:
         "mask": args.mask,
     }
     changes = {k: v for k, v in given.items() if v is not None}
+    named = sorted(k.replace("_", "-") for k in changes)  # what the user set, before derived defaults
     if "heads" in changes and "kv_heads" not in changes:
         changes["kv_heads"] = changes["heads"]
     if "seq" in changes and "kv_seq" not in changes:
         changes["kv_seq"] = changes["seq"]
     workload = base.replace(**changes)
     _check_dtype_runs(workload)
-    if changes:
-        why = f"{why}; overridden by flags: {', '.join(sorted(k.replace('_', '-') for k in changes))}"
+    if named:
+        why = f"{why}; overridden by flags: {', '.join(named)}"
     return workload, why
 
 
