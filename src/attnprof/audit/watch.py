@@ -35,6 +35,7 @@ import inspect
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -194,7 +195,9 @@ class _CallSites:
                   os.path.dirname(contextlib.__file__))
 
     def __init__(self) -> None:
-        self._names: dict[int, dict[int, str]] = {}
+        self._names: dict[int, tuple[weakref.ref, dict[int, str]]] = {}
+        # innermost module → its path, learnt from full walks: later calls from a known module stop walking early
+        self._known: dict[int, tuple[weakref.ref, str]] = {}
 
     def find(self) -> tuple[str | None, str | None, str | None]:
         """(module path, module class, file:line in function)."""
@@ -207,22 +210,31 @@ class _CallSites:
                 mod = frame.f_locals.get("self")
                 if isinstance(mod, torch.nn.Module) and (not modules or modules[-1] is not mod):
                     modules.append(mod)
+                    known = self._known.get(id(mod)) if len(modules) == 1 else None
+                    if known is not None and known[0]() is mod and location is not None:
+                        return known[1], type(mod).__name__, location
             elif location is None and not code.co_filename.startswith(self._SKIP_DIRS):
                 location = f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
             frame = frame.f_back
         if not modules:
             return None, None, location
         inner, root = modules[0], modules[-1]
-        names = self._names.get(id(root))
-        if names is None:
+        cached = self._names.get(id(root))
+        if cached is not None and cached[0]() is root:
+            names = cached[1]
+        else:  # first sight of this root (or its id was reused by a new object)
             names = {id(m): n for n, m in root.named_modules(remove_duplicate=False)}
-            self._names[id(root)] = names
+            self._names[id(root)] = (weakref.ref(root), names)
         path = names.get(id(inner))
         if path is None:  # not a registered submodule: name it by the classes on the stack
             path = ".".join(type(m).__name__ for m in reversed(modules))
         elif path == "":
             path = type(root).__name__
+        self._known[id(inner)] = (weakref.ref(inner), path)
         return path, type(inner).__name__, location
+
+
+_SITES = _CallSites()
 
 
 class _Watcher(TorchFunctionMode):
@@ -231,9 +243,11 @@ class _Watcher(TorchFunctionMode):
         self.records = records
         self.explain = explain
         self.observe_every = observe == "every"
-        self._seen: dict[tuple, DispatchRecord] = {}  # envelope key → the record of its first, observed call
-        self.sites = _CallSites()
-        self._refusal_cache: dict[tuple, dict] = {}
+        # Shared by every watch() of the process: the dispatch decision depends only on the key (which holds the
+        # enabled backends and their priority), so the next `with watch(): model(x)` starts warm.
+        self._seen = _SEEN
+        self.sites = _SITES
+        self._refusal_cache = _REFUSALS
         self._flex_hop = _flex_hop()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -289,6 +303,8 @@ class _Watcher(TorchFunctionMode):
             rec.refusals = dict(self._refusal_cache[key])
         self.records.append(rec)
         if key is not None:
+            if len(self._seen) >= _CACHE_LIMIT:
+                self._seen.clear()
             self._seen[key] = rec
         return out
 
@@ -310,6 +326,11 @@ class _Watcher(TorchFunctionMode):
             v_shape=tuple(tensors[2].shape) if len(tensors) > 2 else (),
             dtype=_dtype(tensors[0]) if tensors else "", device=str(tensors[0].device) if tensors else "",
             index=len(self.records), note="Triton kernel launch (shapes are its first tensor arguments)"))
+
+
+_CACHE_LIMIT = 4096
+_SEEN: dict[tuple, DispatchRecord] = {}  # envelope key → the record of its first, observed call
+_REFUSALS: dict[tuple, dict] = {}
 
 
 def _tensor_key(t) -> tuple | None:
