@@ -44,7 +44,6 @@ def shape_id(s) -> str:
 # The child: runs with TRITON_INTERPRET=1 from its first import on.
 # ---------------------------------------------------------------------------------------------------------------
 def _child() -> dict:
-    import torch
 
     from attnprof.variants import VARIANTS, kernel_hub
     from attnprof.variants.naive import naive_attention

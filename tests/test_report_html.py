@@ -17,7 +17,7 @@ from attnprof.bench.results import read_results, with_speedups
 from attnprof.bench.spec import Cell
 from attnprof.bench.sweep import run_sweep
 from attnprof.cli import main
-from attnprof.report.html import page, write_report
+from attnprof.report.html import page
 from attnprof.report.plots import PLOTS
 from attnprof.variants import VARIANTS, Variant
 from attnprof.workload import Workload

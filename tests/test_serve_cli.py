@@ -7,8 +7,14 @@ import json
 import pytest
 
 from attnprof.cli import main
-from attnprof.serving.cost import (annotate_static, annotate_stream, answer, cost_block, gpu_hours_per_billion,
-                                   usd_per_million)
+from attnprof.serving.cost import (
+    annotate_static,
+    annotate_stream,
+    answer,
+    cost_block,
+    gpu_hours_per_billion,
+    usd_per_million,
+)
 
 TINY = ["serve", "--device", "cpu", "--model", "tiny-llama", "--json"]
 

@@ -6,10 +6,17 @@ import pytest
 import torch
 from torch.profiler import profile
 
-from attnprof.serving.models import build_model
-from attnprof.serving.throughput import (ATTENTION_RANGE, amdahl, attention_scope, measure_decode, measure_prefill,
-                                         percentile, resolve_impls)
 from attnprof.errors import UsageError
+from attnprof.serving.models import build_model
+from attnprof.serving.throughput import (
+    ATTENTION_RANGE,
+    amdahl,
+    attention_scope,
+    measure_decode,
+    measure_prefill,
+    percentile,
+    resolve_impls,
+)
 
 
 @pytest.fixture(scope="module")

@@ -119,7 +119,7 @@ def run_cell(cell: Cell, *, seed: int, reps: int, warmup: int, ceilings: Ceiling
         row.update(status="oom" if is_oom(exc) else "error", reason=_first_line(exc))
         return row
     finally:
-        del inputs
+        inputs = None  # drop the cell's tensors before the next cell allocates  # noqa: F841
         _free(w.device)
     seconds = timing.p50 * 1e-3
     tflops, gbps = F.tflops(w, seconds), F.gbps(w, seconds)

@@ -6,8 +6,15 @@ import argparse
 import shlex
 import sys
 
-from attnprof.commands.common import (add_output_args, add_variants_arg, add_workload_args, emit_json, out_dir,
-                                      variants_from_args, workload_from_args)
+from attnprof.commands.common import (
+    add_output_args,
+    add_variants_arg,
+    add_workload_args,
+    emit_json,
+    out_dir,
+    variants_from_args,
+    workload_from_args,
+)
 
 
 def register(sub) -> None:

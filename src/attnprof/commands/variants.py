@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from attnprof.commands.common import (add_output_args, add_variants_arg, add_workload_args, emit_json,
-                                      variants_from_args, workload_from_args)
+from attnprof.commands.common import (
+    add_output_args,
+    add_variants_arg,
+    add_workload_args,
+    emit_json,
+    variants_from_args,
+    workload_from_args,
+)
 
 
 def register(sub) -> None:

@@ -123,7 +123,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, *, dtype: str, valid_rows: tor
         worst = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), o.shape))
         max_abs = float(diff.reshape(-1)[flat])
         ref_norm = float(torch.linalg.vector_norm(rv))
-        err_norm = float(torch.linalg.vector_norm((ov - rv)))
+        err_norm = float(torch.linalg.vector_norm(ov - rv))
         norm_rel = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
         if ov.isnan().any():
             norm_rel = float("inf")
