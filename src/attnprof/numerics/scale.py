@@ -16,36 +16,20 @@ from __future__ import annotations
 
 import torch
 
+from attnprof.variants.reference import fp64_chunks
 from attnprof.workload import Inputs
 
 _CHUNK_BYTES = 256 * 2**20
 
 
 def scale_direction(inputs: Inputs) -> torch.Tensor:
-    """J = ∂ attention / ∂ log(scale) in fp64, chunked over batch × heads like the reference."""
-    q, k, v = (t.detach().to(torch.float64) for t in (inputs.q, inputs.k, inputs.v))
-    b, hq, sq, d = q.shape
-    hkv, sk = k.shape[1], k.shape[2]
-    groups = hq // hkv
-    keep = inputs.valid
-    if keep is None and inputs.attn_mask is not None and inputs.attn_mask.dtype == torch.bool:
-        keep = inputs.attn_mask
-    additive = inputs.attn_mask if inputs.attn_mask is not None and inputs.attn_mask.is_floating_point() else None
-    out = torch.zeros(b, hq, sq, d, dtype=torch.float64, device=q.device)
-    per = max(1, min(hq, _CHUNK_BYTES // (sq * sk * 8 * 3)))
-    for bi in range(b):
-        for h0 in range(0, hq, per):
-            h1 = min(hq, h0 + per)
-            idx = torch.arange(h0, h1, device=q.device) // groups  # query head h reads kv head h // G
-            kc, vc = k[bi, idx], v[bi, idx]  # (h, Sk, D)
-            s = torch.matmul(q[bi, h0:h1], kc.transpose(-2, -1)) * inputs.scale  # (h, Sq, Sk)
-            logits = s if additive is None else s + additive[bi].to(torch.float64)
-            if keep is not None:
-                logits = logits.masked_fill(~keep[bi], float("-inf"))
-            p = torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0)  # (h, Sq, Sk)
-            ps = p * s.masked_fill(p == 0, 0.0)  # p·s, without 0·inf
-            o = torch.matmul(p, vc)  # (h, Sq, D)
-            out[bi, h0:h1] = torch.matmul(ps, vc) - ps.sum(-1, keepdim=True) * o
+    """J = ∂ attention / ∂ log(scale) in fp64, over the oracle's own chunks (`reference.fp64_chunks`)."""
+    b, hq, sq, d = inputs.q.shape
+    out = torch.zeros(b, hq, sq, d, dtype=torch.float64, device=inputs.q.device)
+    for c in fp64_chunks(inputs, _CHUNK_BYTES):
+        ps = c.probs * c.scores.masked_fill(c.probs == 0, 0.0)  # p·s, without 0·inf
+        o = torch.matmul(c.probs, c.v)  # (h, r, D)
+        out[c.b, c.heads, c.rows] = torch.matmul(ps, c.v) - ps.sum(-1, keepdim=True) * o
     return out
 
 

@@ -7,6 +7,9 @@ out as zeros, the convention of FlashAttention and of every fused SDPA backend.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import torch
 
 from attnprof.variants.base import Variant
@@ -15,33 +18,52 @@ from attnprof.workload import Inputs
 _CHUNK_BYTES = 512 * 2**20
 
 
-def reference_attention(inputs: Inputs) -> torch.Tensor:
-    """fp64 `[B, Hq, Sq, D]` on the inputs' device."""
+@dataclass(frozen=True)
+class Chunk:
+    """One block of the fp64 computation: batch `b`, query heads `heads`, query rows `rows`."""
+
+    b: int
+    heads: slice
+    rows: slice
+    scores: torch.Tensor  # (h, r, Sk): scale · q·kᵀ
+    probs: torch.Tensor  # (h, r, Sk): softmax of scores (+ additive mask, hidden keys at -inf); 0 on dead rows
+    v: torch.Tensor  # (h, Sk, D): the kv head each query head reads
+
+
+def fp64_chunks(inputs: Inputs, budget_bytes: int = _CHUNK_BYTES) -> Iterator[Chunk]:
+    """The oracle's blocks in float64, each `[h, r, Sk]` within `budget_bytes`: shared by the reference and by
+    the numerics that need the probabilities themselves (the scale direction)."""
     q, k, v = (t.detach().to(torch.float64) for t in (inputs.q, inputs.k, inputs.v))
-    b, hq, sq, d = q.shape
+    b, hq, sq, _ = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     groups = hq // hkv
     keep = inputs.valid  # bool [B, 1, Sq, Sk] or None
     if keep is None and inputs.attn_mask is not None and inputs.attn_mask.dtype == torch.bool:
         keep = inputs.attn_mask
     additive = inputs.attn_mask if inputs.attn_mask is not None and inputs.attn_mask.is_floating_point() else None
-    out = torch.empty(b, hq, sq, d, dtype=torch.float64, device=q.device)
-    rows = max(1, min(sq, _CHUNK_BYTES // (sk * 8)))  # query rows per chunk: one head's scores within budget
-    heads_per_chunk = max(1, min(hq, _CHUNK_BYTES // (rows * sk * 8)))
+    rows = max(1, min(sq, budget_bytes // (sk * 8)))  # query rows per chunk: one head's scores within budget
+    heads_per_chunk = max(1, min(hq, budget_bytes // (rows * sk * 8)))
     for bi in range(b):
         for h0 in range(0, hq, heads_per_chunk):
             h1 = min(hq, h0 + heads_per_chunk)
-            kv_idx = torch.arange(h0, h1, device=q.device) // groups
+            kv_idx = torch.arange(h0, h1, device=q.device) // groups  # query head h reads kv head h // G
             kc, vc = k[bi, kv_idx], v[bi, kv_idx]  # (h, Sk, D)
             for r0 in range(0, sq, rows):
                 r1 = min(sq, r0 + rows)
                 scores = torch.matmul(q[bi, h0:h1, r0:r1], kc.transpose(-2, -1)) * inputs.scale  # (h, r, Sk)
-                if additive is not None:
-                    scores = scores + additive[bi, :, r0:r1].to(torch.float64)
+                logits = scores if additive is None else scores + additive[bi, :, r0:r1].to(torch.float64)
                 if keep is not None:
-                    scores = scores.masked_fill(~keep[bi, :, r0:r1], float("-inf"))
-                probs = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)  # rows with no visible key → 0
-                out[bi, h0:h1, r0:r1] = torch.matmul(probs, vc)
+                    logits = logits.masked_fill(~keep[bi, :, r0:r1], float("-inf"))
+                probs = torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0)  # rows with no visible key → 0
+                yield Chunk(bi, slice(h0, h1), slice(r0, r1), scores, probs, vc)
+
+
+def reference_attention(inputs: Inputs) -> torch.Tensor:
+    """fp64 `[B, Hq, Sq, D]` on the inputs' device."""
+    b, hq, sq, d = inputs.q.shape
+    out = torch.empty(b, hq, sq, d, dtype=torch.float64, device=inputs.q.device)
+    for c in fp64_chunks(inputs):
+        out[c.b, c.heads, c.rows] = torch.matmul(c.probs, c.v)
     return out
 
 
