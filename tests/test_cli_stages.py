@@ -102,3 +102,11 @@ def test_a_stage_that_runs_out_of_memory_is_reported_and_the_others_still_run(tm
     assert stages["greedy:attn"]["status"] == "oom"
     assert "1125899906842624 bytes" in stages["greedy:attn"]["reason"]  # the bytes it asked for
     assert stages["sdpa"]["status"] == "ok"
+
+
+def test_help_does_not_import_torch():
+    """`attnprof --help` must be instant: every command keeps its heavy imports inside its handler."""
+    code = "import sys; from attnprof.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": SRC}, timeout=60)
+    assert run.stdout.strip() == "False", run.stderr

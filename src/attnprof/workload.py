@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from attnprof.errors import UsageError
+from attnprof.kinds import MASK_KINDS, MaskKind  # defined without torch: the CLI's choices read them
 
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -28,9 +28,6 @@ DTYPES: dict[str, torch.dtype] = {
 }
 DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
                  "float64": "fp64", "double": "fp64"}
-
-MaskKind = Literal["none", "bool", "additive", "pad-right", "pad-left"]
-MASK_KINDS: tuple[str, ...] = ("none", "bool", "additive", "pad-right", "pad-left")
 
 
 def dtype_name(name: str) -> str:

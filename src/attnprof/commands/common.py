@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from attnprof.errors import UsageError
-from attnprof.workload import MASK_KINDS, Workload, default_workload, resolve_device
+from attnprof.kinds import MASK_KINDS
 
 
 def add_output_args(p: argparse.ArgumentParser, *, out: bool = True) -> None:
@@ -59,8 +59,10 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mask", choices=MASK_KINDS, default=None, help="explicit mask tensor kind (default none)")
 
 
-def workload_from_args(args: argparse.Namespace) -> tuple[Workload, str]:
-    """The workload the flags describe, and one sentence on which defaults filled the rest."""
+def workload_from_args(args: argparse.Namespace):
+    """The workload the flags describe (a `Workload`), and one sentence on which defaults filled the rest."""
+    from attnprof.workload import default_workload, resolve_device
+
     device = resolve_device(args.device)
     base, why = default_workload(device)
     given = {
@@ -81,7 +83,7 @@ def workload_from_args(args: argparse.Namespace) -> tuple[Workload, str]:
     return workload, why
 
 
-def _check_dtype_runs(w: Workload) -> None:
+def _check_dtype_runs(w) -> None:
     import torch
 
     if w.device.startswith("cuda") and w.dtype == "bf16" and not torch.cuda.is_bf16_supported():
