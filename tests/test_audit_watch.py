@@ -141,8 +141,11 @@ def test_explain_workload_on_cpu():
 def test_patch_hook_restores_sdpa_and_reuses_identical_envelopes():
     import torch.nn.functional as F
 
+    from attnprof.audit.watch import clear_cache
+
     original = F.scaled_dot_product_attention
     q, k, v = qkv()
+    clear_cache()  # the cache is process-wide: earlier tests may have observed this envelope already
     with watch() as calls:
         for _ in range(3):
             F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -333,6 +333,12 @@ _SEEN: dict[tuple, DispatchRecord] = {}  # envelope key → the record of its fi
 _REFUSALS: dict[tuple, dict] = {}
 
 
+def clear_cache() -> None:
+    """Forget every observed envelope and refusal: the next call of each envelope is observed again."""
+    _SEEN.clear()
+    _REFUSALS.clear()
+
+
 def _tensor_key(t) -> tuple | None:
     if type(t) is not torch.Tensor:  # subclasses (fake, distributed, nested) may dispatch differently: observe all
         return None
