@@ -45,3 +45,15 @@ def test_sdpa_is_one_fused_op_and_math_is_not(summaries):
     assert sdpa.backends == ["cpu_flash"]
     math = roles(summaries["sdpa-math"])
     assert "fused_attention" not in math and math["gemm"] == 2 and math["softmax"] == 1
+
+
+def test_stages_say_why_sdpa_did_not_get_the_fastest_backend(tmp_path):
+    from attnprof.stages import dispatch_lines, run_stages
+
+    w = Workload(batch=1, heads=2, seq=32, head_dim=16)
+    auto, pinned = run_stages(w, [VARIANTS["sdpa"], VARIANTS["sdpa-math"]], tmp_path, steps=1, reps=20)
+    assert auto.dispatch == []  # PyTorch's own choice here is the fastest backend: nothing to explain
+    (fallback,) = pinned.dispatch
+    assert (fallback["ran"], fallback["preferred"]) == ("math", "cpu_flash")
+    assert "switched off" in fallback["refusals"]["cpu_flash"]
+    assert dispatch_lines(pinned)[0].startswith("SDPA ran math, not cpu_flash")

@@ -44,6 +44,8 @@ class StageResult:
     backend: str | None = None
     trace: str | None = None
     unexpected: list[str] = field(default_factory=list)
+    # SDPA calls that did not get this device's fastest backend: what ran, what was preferred, and why not
+    dispatch: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         s = self.summary
@@ -58,6 +60,7 @@ class StageResult:
             "tflops": self.tflops, "peak_mib": self.peak_mib,
             "max_rel_err": self.max_rel_err, "max_abs_err": self.max_abs_err,
             "backend": self.backend, "trace": self.trace, "unexpected": self.unexpected,
+            "dispatch": self.dispatch,
         }
 
 
@@ -116,12 +119,35 @@ def _measure(variant: Variant, workload: Workload, inputs: Inputs, reference: to
     if not cuda:
         result.peak_mib = summary.peak_alloc_mib
 
+    result.dispatch = _fallbacks(calls)
     watched = sorted({c.backend for c in calls})  # what SDPA really dispatched; else fused kernels by name
     result.backend = ",".join(watched or summary.backends) or variant.backend
     result.unexpected = _unexpected(summary)
 
     result.timing = time_call(call, device, warmup=2, reps=reps)
     result.tflops = tflops(workload, result.timing.p50 / 1e3)
+
+
+def _fallbacks(calls) -> list[dict]:
+    """One entry per distinct SDPA fallback seen: ran, preferred, PyTorch's refusals, and the advice."""
+    from attnprof.audit import explain
+
+    seen: dict[tuple, dict] = {}
+    for e in explain(list(calls)):
+        key = (e.backend, e.preferred, tuple(sorted(e.refusals.items())))
+        seen.setdefault(key, {"ran": e.backend, "preferred": e.preferred, "refusals": e.refusals,
+                              "advice": e.advice})
+    return list(seen.values())
+
+
+def dispatch_lines(result: StageResult) -> list[str]:
+    """`ran efficient, not cudnn — cudnn: head_dim should be no more than 256; …` for each fallback."""
+    lines = []
+    for d in result.dispatch:
+        why = "; ".join(f"{b}: {r}" for b, r in d["refusals"].items()) or "no reason given"
+        lines.append(f"SDPA ran {d['ran']}, not {d['preferred']} — {why}")
+        lines += [f"  fix: {a}" for a in d["advice"]]
+    return lines
 
 
 def _unexpected(summary: Summary) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from attnprof.report.render import fmt, md_escape, md_table, out
-from attnprof.stages import StageResult, deltas
+from attnprof.stages import StageResult, deltas, dispatch_lines
 
 HEADERS = ["stage", "status", "kernels/step", "GPU ms/step", "latency ms p50 (p20–p80)", "CPU ms/step", "TFLOP/s",
            "peak MiB", "rel err vs fp64", "backend"]
@@ -47,6 +47,9 @@ def print_terminal(results: list[StageResult], workload_label: str, note: str, o
             out.print(f"  {per:>4} × {role:<26} {us:>9} µs  {name}", markup=False, highlight=False)
         for note_line in r.unexpected:
             out.print(f"  [yellow]! {note_line}[/yellow]")
+        for line in dispatch_lines(r):
+            out.print(f"  [red]! {line}[/red]" if not line.startswith("  ") else f"    {line.strip()}", markup=True,
+                      highlight=False)
     lines = deltas(results)
     if lines:
         out.print("\n[bold]Stage to stage[/bold]")
@@ -66,6 +69,7 @@ def markdown(results: list[StageResult], workload_label: str, note: str, command
         parts += [f"## {r.variant}", "", md_table(["per step", "role", "µs/step", "name"],
                                                   [list(x) for x in kernel_lines(r, width=200)]), ""]
         parts += [f"- ⚠ {md_escape(line)}" for line in r.unexpected]
+        parts += [f"- ⚠ {md_escape(line.strip())}" for line in dispatch_lines(r)]
         parts += [f"- trace: `{r.trace}` (open in https://ui.perfetto.dev or chrome://tracing)", ""]
     parts += ["## Stage to stage", ""] + [f"- {md_escape(line)}" for line in deltas(results)] + [""]
     return "\n".join(parts)
