@@ -108,3 +108,12 @@ def test_attention_map_names_and_refusals():
     assert impls["tests.broken:correct"].attn_implementation in AttentionInterface._global_mapping
     with pytest.raises(UsageError):
         resolve_impls("sdpa,bogus", "cpu")
+
+
+def test_kernel_flag_is_honoured_not_ignored(tmp_path, capsys):
+    """--kernel must reach the kernel variant: a repo that does not exist is a usage error, not the default."""
+    from attnprof.cli import main
+
+    assert main(["verify", "--device", "cpu", "--variants", "kernel", "--kernel", str(tmp_path / "nope"),
+                 "--out", str(tmp_path / "r")]) == 2
+    assert "neither an existing kernel repo" in capsys.readouterr().err

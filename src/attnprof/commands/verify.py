@@ -57,7 +57,10 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.numerics.report import SCHEMA, markdown
     from attnprof.report.records import provenance, write_atomic, write_json
     from attnprof.report.render import err
+    from attnprof.variants.kernel_hub import configure
     from attnprof.workload import resolve_device
+
+    configure(args.kernel, args.trust_remote_kernel)  # both levels load the stage-four kernel from --kernel
 
     device = resolve_device(args.device)
     dtypes = _dtypes(args, device)
