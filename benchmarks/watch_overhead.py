@@ -1,9 +1,12 @@
 """How much does `attnprof.audit.watch()` cost on a model forward? (target: under 3 % at a realistic shape)
 
-The watcher is a `TorchFunctionMode`: every torch call in the forward passes through one Python check, and each
-SDPA call additionally runs under a `TorchDispatchMode` and has its call site read from the stack. That is CPU
+The watcher (default `hook="patch"`) replaces `F.scaled_dot_product_attention` for the block: other torch calls
+cost nothing extra; each SDPA call builds its envelope key, reuses the dispatch observed for that envelope (the
+first call of an envelope runs under a `TorchDispatchMode`) and reads its call site from the stack. That is CPU
 work; on a GPU it only shows when the forward is launch-bound. So we time whole forwards (synchronised), watched
-and unwatched, interleaved so drift hits both alike, and report the median of each and the relative overhead.
+and unwatched, interleaved so drift hits both alike, and report the median of each and the relative overhead,
+with the host time to enqueue the forward (`host_ms`): when it is close to the forward time, the forward is
+launch-bound and every host microsecond the watcher adds shows up in full.
 
     PYTHONPATH=src python benchmarks/watch_overhead.py --model tiny-llama --device cpu
     PYTHONPATH=src python3 benchmarks/watch_overhead.py --model llama-1b --device cuda --batch 1 --seq 2048
@@ -42,11 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     model = build_model(args.model, attn_implementation="sdpa", dtype=dtype, device=device)
     ids, mask = padded_batch(model.config, batch=args.batch, seq=args.seq, device=device)
 
+    host_ms: list[float] = []
+
     def forward() -> float:
         if cuda:
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         model(input_ids=ids, attention_mask=mask)
+        host_ms.append((time.perf_counter() - t0) * 1e3)
         if cuda:
             torch.cuda.synchronize(device)
         return (time.perf_counter() - t0) * 1e3
@@ -62,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(3):  # warm-up both arms (first-call work, the watcher's cached reasons)
             forward()
             watched()
+        host_ms.clear()
         for i in range(args.reps):  # interleaved, alternating which arm goes first
             arms = (forward, watched) if i % 2 == 0 else (watched, forward)
             for arm in arms:
@@ -74,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         "overhead_pct": round(100 * (with_watch - plain) / plain, 2),
         "forward_ms_p20_p80": [round(x, 4) for x in statistics.quantiles(plain_ms, n=5)[::3]],
         "watched_ms_p20_p80": [round(x, 4) for x in statistics.quantiles(watch_ms, n=5)[::3]],
+        # host time to enqueue one forward (both arms): close to forward_ms_p50 means launch-bound
+        "host_ms_p50": round(statistics.median(host_ms), 4),
     }
     result.update(_per_call_costs(device))
     from attnprof.report.records import provenance, write_json

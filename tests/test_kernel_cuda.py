@@ -39,7 +39,12 @@ def mod():
     return module
 
 
-@pytest.mark.parametrize("path", ["default", "ptr"])
+PATHS = {"default": None, "ptr": dict(block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=False),
+         "overlap": dict(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True, overlap=True),
+         "overlap-ptr": dict(block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=False, overlap=True)}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:6])) + f"-{c[6]}-{'causal' if c[7] else 'full'}")
 def test_matches_oracle_within_twice_eager(mod, case, path):
     b, hq, hkv, sq, sk, d, dtype, causal = case
@@ -51,7 +56,7 @@ def test_matches_oracle_within_twice_eager(mod, case, path):
     if inputs.valid is not None:
         eager = eager.masked_fill(~inputs.valid.any(-1, keepdim=True), 0.0)
     q, k, v = (t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))  # -> [B, S, H, D]
-    cfg = None if path == "default" else mod.Config(128, 64, 8, 3, use_tma=False)
+    cfg = None if PATHS[path] is None else mod.Config(**PATHS[path])
     out = mod.attention(q, k, v, inputs.scale, causal, config=cfg).transpose(1, 2)
     err, base = rel_err(out, ref), rel_err(eager, ref)
     assert err <= 2 * base, f"kernel error {err:.3g} > 2 x eager {dtype} error {base:.3g}"

@@ -29,7 +29,6 @@ Calls made while Dynamo traces (inside `torch.compile`) are not recorded: the co
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import os
 import sys
@@ -481,7 +480,6 @@ def _patch_sdpa(watcher: _Watcher) -> Iterator[None]:
     inner = F.scaled_dot_product_attention  # the builtin, or an outer watch()'s wrapper
     busy = threading.local()
 
-    @functools.wraps(inner)
     def recorded(*args, **kwargs):
         # CausalBias dispatches back into F.scaled_dot_product_attention: that inner call is part of this one
         if getattr(busy, "on", False) or torch.compiler.is_compiling():
@@ -500,6 +498,9 @@ def _patch_sdpa(watcher: _Watcher) -> Iterator[None]:
             return type(mask).__torch_function__(recorded, (type(mask),), args, kwargs)
         return inner(*args, **kwargs)
 
+    # what functools.wraps would copy, minus its slow generic path (this runs on every `with watch()`)
+    recorded.__name__, recorded.__qualname__, recorded.__doc__ = inner.__name__, inner.__qualname__, inner.__doc__
+    recorded.__module__, recorded.__wrapped__ = inner.__module__, inner
     F.scaled_dot_product_attention = recorded
     try:
         yield

@@ -12,6 +12,7 @@ then whether it compiles or interprets.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -38,9 +39,12 @@ class Config:
     num_warps: int = 4
     num_stages: int = 3
     use_tma: bool = True
+    warp_specialize: bool = False  # Triton's automatic producer/consumer warp split of the key loops
+    overlap: bool = False  # the unmasked key loop pipelined by hand: next block's QKᵀ issued before this softmax
 
     def label(self) -> str:
-        return f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
+        return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
+                + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else ""))
 
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+.
@@ -55,7 +59,7 @@ def default_config(head_dim: int, device: torch.device) -> Config:
     cfg = _TUNED[head_dim]
     tma_ok = (device.type == "cuda" and not INTERPRETED and torch.cuda.get_device_capability(device)[0] >= 9)
     if cfg.use_tma and not tma_ok:
-        cfg = Config(cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, use_tma=False)
+        cfg = dataclasses.replace(cfg, use_tma=False)
     return cfg
 
 
@@ -129,6 +133,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         out.stride(0), out.stride(1), out.stride(2),
         hq, hq // hkv, sq, sk,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma,
+        WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

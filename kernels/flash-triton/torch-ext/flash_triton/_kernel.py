@@ -12,6 +12,9 @@ keeps m_i = -inf and l_i = 0 and is written as zeros. The softmax runs in base 2
 scale (one FMA + exp2 per score). Causal programs are launched heaviest-first (the tiles at the bottom of the
 triangle) so the short tiles fill the tail of the grid.
 
+`OVERLAP` runs the unmasked loop software-pipelined by hand (`_attend_overlap`); `WARP_SPECIALIZE` asks Triton to split each key loop into producer (loads) and consumer (matmul/softmax) warps
+(`tl.range(..., warp_specialize=True)`); whether that pays on Hopper with Triton 3.6 is measured in TUNING.md.
+
 Loads use TMA descriptors over the 2-D view `[B*S, H*D]` when `USE_TMA` (Hopper+), plain pointers otherwise.
 A TMA tile that runs past the end of one sequence reads the next batch's first rows: those keys are masked to
 -inf (probability exactly 0) and those queries are never stored, so they cannot change the result for finite
@@ -44,10 +47,10 @@ def _load_kv(desc, base, row0, col, start_n, stride_s, limit,
 def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, stride_ks, stride_vs,
             lo, hi, offs_m, diag, SK, qk_scale,
             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-            USE_TMA: tl.constexpr):
+            USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """Fold the key blocks [lo, hi) into (acc, l_i, m_i). `MASKED` applies the causal and Sk bounds."""
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = _load_kv(desc_k, k_base, kv_row0, kv_col, start_n, stride_ks, SK, BLOCK_N, HEAD_DIM, MASKED, USE_TMA)
         qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) fp32
@@ -76,6 +79,38 @@ def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, s
 
 
 @triton.jit
+def _fold_unmasked(acc, l_i, m_i, qk, v, qk_scale):
+    """One unmasked online-softmax step: fold the scores `qk` of a key block and its values `v` into the state."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _attend_overlap(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, stride_ks, stride_vs,
+                    lo, hi, SK, qk_scale,
+                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, USE_TMA: tl.constexpr):
+    """The unmasked loop of `_attend`, software-pipelined by hand (FlashAttention-3's intra-warpgroup overlap):
+    the scores of block j+1 are issued before the softmax of block j, so the tensor cores can work on the next
+    QKᵀ while the same warps run exp2 on this block. Needs hi > lo (at least one block)."""
+    k = _load_kv(desc_k, k_base, kv_row0, kv_col, lo, stride_ks, SK, BLOCK_N, HEAD_DIM, False, USE_TMA)
+    qk = tl.dot(q, tl.trans(k))
+    for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k_next = _load_kv(desc_k, k_base, kv_row0, kv_col, start_n + BLOCK_N, stride_ks, SK, BLOCK_N, HEAD_DIM,
+                          False, USE_TMA)
+        qk_next = tl.dot(q, tl.trans(k_next))
+        v = _load_kv(desc_v, v_base, kv_row0, kv_col, start_n, stride_vs, SK, BLOCK_N, HEAD_DIM, False, USE_TMA)
+        acc, l_i, m_i = _fold_unmasked(acc, l_i, m_i, qk, v, qk_scale)
+        qk = qk_next
+    v = _load_kv(desc_v, v_base, kv_row0, kv_col, hi - BLOCK_N, stride_vs, SK, BLOCK_N, HEAD_DIM, False, USE_TMA)
+    return _fold_unmasked(acc, l_i, m_i, qk, v, qk_scale)
+
+
+@triton.jit
 def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
                   stride_qb, stride_qs, stride_qh,
                   stride_kb, stride_ks, stride_kh,
@@ -83,7 +118,8 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
                   stride_ob, stride_os, stride_oh,
                   H, GROUPS, SQ, SK,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  CAUSAL: tl.constexpr, USE_TMA: tl.constexpr):
+                  CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
+                  OVERLAP: tl.constexpr = False):
     """grid = (cdiv(Sq, BLOCK_M), B * H). Tensors `[B, S, H, D]`, last dim contiguous."""
     if CAUSAL:
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest tiles first
@@ -120,12 +156,17 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
     else:
         full = SK // BLOCK_N * BLOCK_N
         end = SK
-    acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
-                            stride_ks, stride_vs, 0, full, offs_m, diag, SK, qk_scale,
-                            BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA)
+    if OVERLAP:
+        if full > 0:
+            acc, l_i, m_i = _attend_overlap(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
+                                            stride_ks, stride_vs, 0, full, SK, qk_scale, BLOCK_N, HEAD_DIM, USE_TMA)
+    else:
+        acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
+                                stride_ks, stride_vs, 0, full, offs_m, diag, SK, qk_scale,
+                                BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA, WARP_SPECIALIZE)
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                             stride_ks, stride_vs, full, end, offs_m, diag, SK, qk_scale,
-                            BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA)
+                            BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: acc is 0, output 0
     out = acc / l_safe[:, None]
