@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--reps", type=int, default=30, help="timed forwards per arm (default 30)")
     p.add_argument("--out", type=Path, default=None, help="write the result JSON here")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also print cProfile's top functions (by own time) over N watched forwards, to stderr")
     args = p.parse_args(argv)
 
     from attnprof.audit import watch
@@ -92,10 +94,29 @@ def main(argv: list[str] | None = None) -> int:
           f"{plain:.3f} ms, watched {with_watch:.3f} ms → overhead {result['overhead_pct']:+.2f} % "
           f"({watched.calls} SDPA calls per forward); per call: {result['per_torch_call_us']:.2f} µs on any torch "
           f"call, {result['per_sdpa_call_us']:.1f} µs on an SDPA call (best of 5)", file=sys.stderr)
+    if args.profile:
+        _profile(watched, args.profile)
     if args.out:
         write_json(args.out, result)
     print(json.dumps({k: v for k, v in result.items() if k != "provenance"}))
     return 0
+
+
+def _profile(watched, n: int) -> None:
+    """Where the watched forward's host time goes: cProfile over `n` forwards, top 25 by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    with torch.no_grad():
+        prof.enable()
+        for _ in range(n):
+            watched()
+        prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+    print(buf.getvalue(), file=sys.stderr)
 
 
 def _per_call_costs(device: str, n: int = 2000) -> dict:

@@ -41,7 +41,8 @@ def mod():
 
 PATHS = {"default": None, "ptr": dict(block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=False),
          "overlap": dict(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True, overlap=True),
-         "overlap-ptr": dict(block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=False, overlap=True)}
+         "overlap-ptr": dict(block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=False, overlap=True),
+         "poly-exp": dict(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True, poly_exp=True)}
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))

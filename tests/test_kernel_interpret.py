@@ -34,8 +34,9 @@ SHAPES = [  # (B, Hq, Hkv, Sq, Sk, D, causal): odd lengths, GQA, Sq != Sk both w
     (1, 4, 1, 129, 129, 128, False),
 ]
 CONFIGS = {"default": None, "tma-32x32": (32, 32, 4, 2, True), "ptr-64x32": (64, 32, 4, 2, False),
-           # (block_m, block_n, warps, stages, tma, warp_specialize, overlap): the hand-pipelined unmasked loop
-           "overlap-32x16": (32, 16, 4, 2, False, False, True)}
+           # (block_m, block_n, warps, stages, tma, warp_specialize, overlap, poly_exp)
+           "overlap-32x16": (32, 16, 4, 2, False, False, True),
+           "polyexp-32x32": (32, 32, 4, 2, False, False, False, True)}
 
 
 def shape_id(s) -> str:

@@ -77,10 +77,19 @@ def tflops(b, h, s, d, ms, causal=True) -> float:
 
 ROUND = {"1": "broad: BLOCK_M 128 x BLOCK_N 64/128 x warps 4/8 x stages 2/3/4 (TMA), pointer loads, 64x64",
          "2": "around round 1's winners (64x64 w4 s3 tma; 128x128 w8 s3 tma)",
-         "3": "Hopper overlap: the hand-pipelined unmasked loop (ov) and Triton's warp specialization (ws)"}
+         "3": "Hopper overlap: the hand-pipelined unmasked loop (ov) and Triton's warp specialization (ws)",
+         "4": "exp2 on two pipes (px: half the exponentials as an FMA polynomial) and 64x32 tiles (3 CTAs/SM)"}
 
 
 def candidates(mod, d: int, round_: str = "1") -> list:
+    if round_ == "4":
+        C = mod.Config
+        if d == 128:
+            return [C(64, 64, 4, 3, True), C(64, 64, 4, 3, True, poly_exp=True), C(64, 32, 4, 3, True),
+                    C(64, 32, 4, 4, True), C(64, 32, 4, 3, True, poly_exp=True), C(128, 128, 8, 3, True, poly_exp=True),
+                    C(64, 128, 4, 2, True, poly_exp=True), C(128, 64, 8, 3, True, poly_exp=True)]
+        return [C(64, 128, 4, 2, True), C(64, 128, 4, 2, True, poly_exp=True), C(64, 64, 4, 3, True, poly_exp=True),
+                C(128, 128, 8, 2, True, poly_exp=True)]
     if round_ == "3":
         C = mod.Config
         if d == 128:

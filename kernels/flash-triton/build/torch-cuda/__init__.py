@@ -41,10 +41,11 @@ class Config:
     use_tma: bool = True
     warp_specialize: bool = False  # Triton's automatic producer/consumer warp split of the key loops
     overlap: bool = False  # the unmasked key loop pipelined by hand: next block's QKᵀ issued before this softmax
+    poly_exp: bool = False  # half the unmasked exponentials as a polynomial on the FMA pipes (FlashAttention-4)
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
-                + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else ""))
+                + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else "") + (" px" if self.poly_exp else ""))
 
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+.
@@ -133,7 +134,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         out.stride(0), out.stride(1), out.stride(2),
         hq, hq // hkv, sq, sk,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma,
-        WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap,
+        WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

@@ -12,6 +12,7 @@ keeps m_i = -inf and l_i = 0 and is written as zeros. The softmax runs in base 2
 scale (one FMA + exp2 per score). Causal programs are launched heaviest-first (the tiles at the bottom of the
 triangle) so the short tiles fill the tail of the grid.
 
+`POLY_EXP` computes half of the unmasked loop's exponentials with a polynomial on the FMA pipes (`_exp2_poly`).
 `OVERLAP` runs the unmasked loop software-pipelined by hand (`_attend_overlap`); `WARP_SPECIALIZE` asks Triton to split each key loop into producer (loads) and consumer (matmul/softmax) warps
 (`tl.range(..., warp_specialize=True)`); whether that pays on Hopper with Triton 3.6 is measured in TUNING.md.
 
@@ -44,10 +45,34 @@ def _load_kv(desc, base, row0, col, start_n, stride_s, limit,
 
 
 @triton.jit
+def _exp2_poly(x):
+    """2^x on the FMA/ALU pipes instead of the special-function unit (FlashAttention-4's trick): 2^floor(x) built
+    in the exponent bits, 2^frac(x) from a degree-3 minimax polynomial (relative error ~1e-4, below bf16's 4e-3).
+    For x <= 0 (scores minus the running max); x < -126 is clamped to give ~0 instead of a wrapped exponent."""
+    x = tl.maximum(x, -126.0)
+    xi = tl.floor(x)
+    f = x - xi
+    p = 1.0 + f * (0.695146143436431884765625 + f * (0.227564394474029541015625 + f * 0.077119089663028717041015625))
+    bits = p.to(tl.int32, bitcast=True) + (xi.to(tl.int32) << 23)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exp2_split(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY_EXP: tl.constexpr):
+    """exp2 of a score tile; with POLY_EXP, every other column goes to `_exp2_poly` so the special-function unit
+    and the FMA pipes share the softmax's exponentials."""
+    if POLY_EXP:
+        xa, xb = tl.split(tl.reshape(x, [BLOCK_M, BLOCK_N // 2, 2]))
+        return tl.reshape(tl.join(tl.math.exp2(xa), _exp2_poly(xb)), [BLOCK_M, BLOCK_N])
+    else:
+        return tl.math.exp2(x)
+
+
+@triton.jit
 def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, stride_ks, stride_vs,
             lo, hi, offs_m, diag, SK, qk_scale,
             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-            USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+            USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, BLOCK_M: tl.constexpr, POLY_EXP: tl.constexpr):
     """Fold the key blocks [lo, hi) into (acc, l_i, m_i). `MASKED` applies the causal and Sk bounds."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
@@ -68,7 +93,7 @@ def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, s
         else:
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             m_use = m_new
-            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+            p = _exp2_split(qk * qk_scale - m_new[:, None], BLOCK_M, BLOCK_N, POLY_EXP)
             alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
@@ -119,7 +144,7 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
                   H, GROUPS, SQ, SK,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
-                  OVERLAP: tl.constexpr = False):
+                  OVERLAP: tl.constexpr = False, POLY_EXP: tl.constexpr = False):
     """grid = (cdiv(Sq, BLOCK_M), B * H). Tensors `[B, S, H, D]`, last dim contiguous."""
     if CAUSAL:
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest tiles first
@@ -163,10 +188,10 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
     else:
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                                 stride_ks, stride_vs, 0, full, offs_m, diag, SK, qk_scale,
-                                BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA, WARP_SPECIALIZE)
+                                BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, POLY_EXP)
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                             stride_ks, stride_vs, full, end, offs_m, diag, SK, qk_scale,
-                            BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE)
+                            BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: acc is 0, output 0
     out = acc / l_safe[:, None]
