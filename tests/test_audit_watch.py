@@ -157,6 +157,23 @@ def test_patch_hook_restores_sdpa_and_reuses_identical_envelopes():
     assert [c.index for c in calls] == [0, 1, 2, 3]
 
 
+def test_a_fallback_call_is_also_observed_once_per_envelope():
+    """A call that falls back gets its reasons (a second cache); that must not stop the envelope cache working.
+    (Found on the H200, where every watched call fell back and was observed afresh: ~80 µs each.)"""
+    import torch.nn.functional as F
+
+    from attnprof.audit.watch import clear_cache
+
+    q, k, v = qkv()
+    clear_cache()
+    with watch() as calls, sdpa_kernel([SDPBackend.MATH]):  # the CPU's preferred backend (cpu_flash) is disabled
+        for _ in range(3):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert [c.backend for c in calls] == ["math"] * 3
+    assert all(c.fell_back and c.refusals for c in calls), [c.refusals for c in calls]
+    assert [c.observed for c in calls] == [True, False, False]
+
+
 def test_observe_every_records_the_operators_of_every_call():
     import torch.nn.functional as F
 

@@ -291,15 +291,17 @@ class _Watcher(TorchFunctionMode):
 
         rec.preferred = reasons.preferred_backend(q.device)
         if self.explain and rec.fell_back:
-            key = (rec.envelope(), tuple(map(tuple, rec.strides.values())), rec.requires_grad, rec.mask_shape,
-                   rec.backend, _enabled_flags())
-            if key not in self._refusal_cache:
+            # its own name: `key` (the envelope cache's) is still needed below
+            why_key = (rec.envelope(), tuple(map(tuple, rec.strides.values())), rec.requires_grad, rec.mask_shape,
+                       rec.backend, _enabled_flags())
+            if why_key not in self._refusal_cache:
                 try:
-                    self._refusal_cache[key] = reasons.refusals_for_call(q, k, v, mask, rec.dropout, rec.causal,
-                                                                         rec.enable_gqa, ran=backend)
+                    self._refusal_cache[why_key] = reasons.refusals_for_call(
+                        q, k, v, mask, rec.dropout, rec.causal, rec.enable_gqa, ran=backend)
                 except (RuntimeError, TypeError) as exc:  # e.g. a tensor subclass SDPAParams will not take
-                    self._refusal_cache[key] = {"?": f"PyTorch could not be asked why ({type(exc).__name__}: {exc})"}
-            rec.refusals = dict(self._refusal_cache[key])
+                    self._refusal_cache[why_key] = {
+                        "?": f"PyTorch could not be asked why ({type(exc).__name__}: {exc})"}
+            rec.refusals = dict(self._refusal_cache[why_key])
         self.records.append(rec)
         if key is not None:
             if len(self._seen) >= _CACHE_LIMIT:
