@@ -15,6 +15,7 @@ launch-bound and every host microsecond the watcher adds shows up in full.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import sys
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--reps", type=int, default=30, help="timed forwards per arm (default 30)")
     p.add_argument("--out", type=Path, default=None, help="write the result JSON here")
+    p.add_argument("--ablate", action="store_true",
+                   help="add arms that isolate the cost: watch without the call-site walk, and a bare passthrough "
+                        "patch of F.scaled_dot_product_attention")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="also print cProfile's top functions (by own time) over N watched forwards, to stderr")
     args = p.parse_args(argv)
@@ -47,35 +51,39 @@ def main(argv: list[str] | None = None) -> int:
     model = build_model(args.model, attn_implementation="sdpa", dtype=dtype, device=device)
     ids, mask = padded_batch(model.config, batch=args.batch, seq=args.seq, device=device)
 
-    host_ms: list[float] = []
+    host: dict[str, list[float]] = {}
 
-    def forward() -> float:
+    def forward(arm: str = "plain") -> float:
         if cuda:
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         model(input_ids=ids, attention_mask=mask)
-        host_ms.append((time.perf_counter() - t0) * 1e3)
+        host.setdefault(arm, []).append((time.perf_counter() - t0) * 1e3)
         if cuda:
             torch.cuda.synchronize(device)
         return (time.perf_counter() - t0) * 1e3
 
     def watched() -> float:
         with watch() as calls:
-            ms = forward()
+            ms = forward("watched")
         watched.calls = len(calls)
         return ms
 
-    plain_ms, watch_ms = [], []
+    arms = {"plain": forward, "watched": watched}
+    if args.ablate:
+        arms.update(_ablation_arms(forward, watch))
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    names = list(arms)
     with torch.no_grad():
-        for _ in range(3):  # warm-up both arms (first-call work, the watcher's cached reasons)
-            forward()
-            watched()
-        host_ms.clear()
-        for i in range(args.reps):  # interleaved, alternating which arm goes first
-            arms = (forward, watched) if i % 2 == 0 else (watched, forward)
-            for arm in arms:
-                (plain_ms if arm is forward else watch_ms).append(arm())
-    plain, with_watch = statistics.median(plain_ms), statistics.median(watch_ms)
+        for _ in range(3):  # warm-up every arm (first-call work, the watcher's cached reasons)
+            for fn in arms.values():
+                fn()
+        host.clear()
+        for i in range(args.reps):  # interleaved, alternating the order so drift hits every arm alike
+            for name in (names if i % 2 == 0 else names[::-1]):
+                times[name].append(arms[name]())
+    plain, with_watch = statistics.median(times["plain"]), statistics.median(times["watched"])
+    plain_ms, watch_ms = times["plain"], times["watched"]
     result = {
         "schema": "attnprof.watch_overhead/1", "model": args.model, "device": device, "dtype": dtype,
         "batch": args.batch, "seq": args.seq, "reps": args.reps, "sdpa_calls_per_forward": watched.calls,
@@ -83,9 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         "overhead_pct": round(100 * (with_watch - plain) / plain, 2),
         "forward_ms_p20_p80": [round(x, 4) for x in statistics.quantiles(plain_ms, n=5)[::3]],
         "watched_ms_p20_p80": [round(x, 4) for x in statistics.quantiles(watch_ms, n=5)[::3]],
-        # host time to enqueue one forward (both arms): close to forward_ms_p50 means launch-bound
-        "host_ms_p50": round(statistics.median(host_ms), 4),
+        # host time to enqueue one forward: close to forward_ms_p50 means launch-bound (every host µs shows)
+        "host_ms_p50": round(statistics.median(host["plain"]), 4),
+        "watched_host_ms_p50": round(statistics.median(host["watched"]), 4),
     }
+    if args.ablate:
+        result["arms_ms_p50"] = {name: round(statistics.median(t), 4) for name, t in times.items()}
     result.update(_per_call_costs(device))
     from attnprof.report.records import provenance, write_json
 
@@ -100,6 +111,32 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.out, result)
     print(json.dumps({k: v for k, v in result.items() if k != "provenance"}))
     return 0
+
+
+def _ablation_arms(forward, watch) -> dict:
+    """Arms that each remove one part of the watcher, to see where its time goes."""
+    import torch.nn.functional as F
+
+    watch_module = importlib.import_module("attnprof.audit.watch")  # the package re-exports the function as `watch`
+
+    def no_callsite() -> float:
+        sites = watch_module._SITES
+        sites.find = lambda: (None, None, None)  # instance attribute shadows the method
+        try:
+            with watch():
+                return forward("watched-no-callsite")
+        finally:
+            del sites.find
+
+    def passthrough() -> float:
+        inner = F.scaled_dot_product_attention
+        F.scaled_dot_product_attention = lambda *a, **k: inner(*a, **k)
+        try:
+            return forward("passthrough-patch")
+        finally:
+            F.scaled_dot_product_attention = inner
+
+    return {"watched-no-callsite": no_callsite, "passthrough-patch": passthrough}
 
 
 def _profile(watched, n: int) -> None:

@@ -188,7 +188,9 @@ def _mask_kind(mask) -> str:
 class _CallSites:
     """Module path of the innermost `nn.Module` on the Python stack, named from the outermost one."""
 
-    _MODULE_CODES = {torch.nn.Module._call_impl.__code__, torch.nn.Module._wrapped_call_impl.__code__}
+    # compared by identity: hashing a code object re-hashes its bytecode and constants on every call
+    _CALL_IMPL = torch.nn.Module._call_impl.__code__
+    _WRAPPED_CALL_IMPL = torch.nn.Module._wrapped_call_impl.__code__
     _SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(__file__),
                   os.path.dirname(contextlib.__file__))
 
@@ -196,6 +198,9 @@ class _CallSites:
         self._names: dict[int, tuple[weakref.ref, dict[int, str]]] = {}
         # innermost module → its path, learnt from full walks: later calls from a known module stop walking early
         self._known: dict[int, tuple[weakref.ref, str]] = {}
+        # (id(code), bytecode offset) → (code, "file:line in function" or None inside torch/attnprof): f_lineno
+        # decodes the line table on every read; in a model forward (cold caches) that cost more than the whole walk
+        self._locations: dict[tuple[int, int], tuple] = {}
 
     def find(self) -> tuple[str | None, str | None, str | None]:
         """(module path, module class, file:line in function)."""
@@ -204,15 +209,24 @@ class _CallSites:
         location = None
         while frame is not None:
             code = frame.f_code
-            if code in self._MODULE_CODES:
+            if code is self._CALL_IMPL or code is self._WRAPPED_CALL_IMPL:
                 mod = frame.f_locals.get("self")
                 if isinstance(mod, torch.nn.Module) and (not modules or modules[-1] is not mod):
                     modules.append(mod)
                     known = self._known.get(id(mod)) if len(modules) == 1 else None
                     if known is not None and known[0]() is mod and location is not None:
                         return known[1], type(mod).__name__, location
-            elif location is None and not code.co_filename.startswith(self._SKIP_DIRS):
-                location = f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
+            elif location is None:
+                site = (id(code), frame.f_lasti)
+                seen = self._locations.get(site)
+                if seen is not None and seen[0] is code:
+                    location = seen[1]
+                else:  # first sight of this bytecode position (or a dead code object's id reused)
+                    location = (None if code.co_filename.startswith(self._SKIP_DIRS)
+                                else f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+                    if len(self._locations) >= _CACHE_LIMIT:
+                        self._locations.clear()
+                    self._locations[site] = (code, location)
             frame = frame.f_back
         if not modules:
             return None, None, location
@@ -340,35 +354,35 @@ def clear_cache() -> None:
     _REFUSALS.clear()
 
 
-def _tensor_key(t) -> tuple | None:
-    if type(t) is not torch.Tensor:  # subclasses (fake, distributed, nested) may dispatch differently: observe all
-        return None
-    return (t.shape, t.stride(), t.storage_offset() & 15, t.dtype, t.device, t.requires_grad)  # Size is a tuple
+_Tensor = torch.Tensor
+_get_priority = getattr(torch._C, "_get_sdp_priority_order", None)
 
 
 def _envelope_key(a: dict) -> tuple | None:
     """Everything SDPA's backend choice reads; None when a call must be observed on its own.
 
-    This runs on every watched call, so it is written for speed (the watcher's overhead budget is a few µs/call).
+    This runs on every watched call, inside a model forward where caches are cold, so it is one flat tuple built
+    inline (no helper calls): the watcher's overhead budget is a few µs per call. k, v and the mask share q's
+    device (SDPA refuses anything else before choosing a backend).
     """
-    q, k, v = _tensor_key(a.get("query")), _tensor_key(a.get("key")), _tensor_key(a.get("value"))
-    if q is None or k is None or v is None:
-        return None
+    q, k, v = a.get("query"), a.get("key"), a.get("value")
+    if type(q) is not _Tensor or type(k) is not _Tensor or type(v) is not _Tensor:
+        return None  # subclasses (fake, distributed, nested) may dispatch differently: observe every call
     mask = a.get("attn_mask")
     if mask is None:
         mask_key = None
-    elif type(mask) is torch.Tensor:
-        mask_key = _tensor_key(mask)
+    elif type(mask) is _Tensor:
+        mask_key = (mask.shape, mask.stride(), mask.storage_offset() & 15, mask.dtype, mask.requires_grad)
     else:  # CausalBias and friends
         mask_key = (type(mask).__name__, str(getattr(mask, "variant", "")), getattr(mask, "seq_len_q", None),
                     getattr(mask, "seq_len_kv", None))
-    return (q, k, v, mask_key, bool(a.get("is_causal")), float(a.get("dropout_p") or 0.0), a.get("scale") is None,
-            bool(a.get("enable_gqa")), torch.is_grad_enabled(), _enabled_flags(), _priority())
-
-
-def _priority() -> tuple:
-    get = getattr(torch._C, "_get_sdp_priority_order", None)
-    return tuple(get()) if get else ()
+    return (q.shape, q.stride(), q.storage_offset() & 15, q.dtype, q.requires_grad,
+            k.shape, k.stride(), k.storage_offset() & 15, k.dtype, k.requires_grad,
+            v.shape, v.stride(), v.storage_offset() & 15, v.dtype, v.requires_grad, q.device, mask_key,
+            bool(a.get("is_causal")), float(a.get("dropout_p") or 0.0), a.get("scale") is None,
+            bool(a.get("enable_gqa")), torch.is_grad_enabled(), torch._C._get_flash_sdp_enabled(),
+            torch._C._get_mem_efficient_sdp_enabled(), torch._C._get_cudnn_sdp_enabled(),
+            torch._C._get_math_sdp_enabled(), tuple(_get_priority()) if _get_priority else ())
 
 
 def _enabled_flags() -> tuple:
