@@ -196,8 +196,9 @@ class _CallSites:
 
     def __init__(self) -> None:
         self._names: dict[int, tuple[weakref.ref, dict[int, str]]] = {}
-        # innermost module → its path, learnt from full walks: later calls from a known module stop walking early
-        self._known: dict[int, tuple[weakref.ref, str]] = {}
+        # innermost module → (ref, its path, the location its full walk found): later calls from a known module stop
+        # walking at its frame, whatever lies below (the walk to the root reads f_locals of every module frame)
+        self._known: dict[int, tuple[weakref.ref, str, str | None]] = {}
         # (id(code), bytecode offset) → (code, "file:line in function" or None inside torch/attnprof): f_lineno
         # decodes the line table on every read; in a model forward (cold caches) that cost more than the whole walk
         self._locations: dict[tuple[int, int], tuple] = {}
@@ -214,8 +215,9 @@ class _CallSites:
                 if isinstance(mod, torch.nn.Module) and (not modules or modules[-1] is not mod):
                     modules.append(mod)
                     known = self._known.get(id(mod)) if len(modules) == 1 else None
-                    if known is not None and known[0]() is mod and location is not None:
-                        return known[1], type(mod).__name__, location
+                    if known is not None and known[0]() is mod:  # stop at the innermost module: bounded cost
+                        # no caller file below it (a torch module's own forward): the one its first full walk found
+                        return known[1], type(mod).__name__, location if location is not None else known[2]
             elif location is None:
                 site = (id(code), frame.f_lasti)
                 seen = self._locations.get(site)
@@ -242,7 +244,7 @@ class _CallSites:
             path = ".".join(type(m).__name__ for m in reversed(modules))
         elif path == "":
             path = type(root).__name__
-        self._known[id(inner)] = (weakref.ref(inner), path)
+        self._known[id(inner)] = (weakref.ref(inner), path, location)
         return path, type(inner).__name__, location
 
 
