@@ -105,9 +105,10 @@ def test_cost_arithmetic():
     assert c["usd_per_m_output"] == pytest.approx(2.0) and c["usd_per_m_total"] == pytest.approx(0.5)
 
 
-def _static(impl, tps, share, attn_ms, step_ms=10.0):
+def _static(impl, tps, share, attn_ms, step_ms=10.0, host_ms=None):
     return {"impl": impl, "batch": 1, "context": 1024, "status": "ok", "tokens_per_s": tps, "step_ms": step_ms,
-            "attention_share": share, "share": {"attention_ms": attn_ms}}
+            "attention_share": share, "share": {"attention_ms": attn_ms, "attention_host_ms": host_ms,
+                                                "basis": "gpu-kernels"}}
 
 
 def _stream(impl, tps, completed=8, failures=(), seconds=10.0, itl=5.0):
@@ -132,6 +133,23 @@ def test_gains_amdahl_and_the_answer_come_from_the_numbers():
     dead = annotate_stream([_stream("eager", 0, completed=0, failures=[{"request": 0, "error": "CUDA out of memory"}]),
                             _stream("sdpa", 600)], 3.6)
     assert answer([], [], dead, 3.6).startswith("Eager could not serve the stream at all (CUDA out of memory)")
+
+
+def test_the_answer_says_when_a_slower_implementation_spends_its_time_on_the_host():
+    # the H200's decode pattern: sdpa's attention kernels are 5x faster than eager's, yet the step is 3x slower
+    rows = annotate_static([_static("eager", 40, 0.02, 0.5, step_ms=25.0, host_ms=0.8),
+                            _static("sdpa", 14, 0.001, 0.1, step_ms=75.0, host_ms=52.0),
+                            _static("sdpa-flash", 67, 0.01, 0.16, step_ms=15.0, host_ms=0.6)], "decode", 3.5)
+    text = answer([], rows, [], 3.5)
+    assert "sdpa is slower than eager (0.35×)" in text and "52 ms per step on the host" in text
+    assert "sdpa-flash is slower" not in text
+    # slower, but its host time is small: no such claim
+    rows = annotate_static([_static("eager", 40, 0.02, 0.5, host_ms=0.8),
+                            _static("sdpa", 14, 0.001, 0.1, host_ms=0.15)], "decode", 3.5)
+    assert "on the host" not in answer([], rows, [], 3.5)
+    from attnprof.serving.serve_report import _static_rows
+
+    assert _static_rows(rows, "prefill")[1][6] == "0.1 / 0.15"  # the table's "attention ms/step (GPU / host)"
 
 
 def test_a_kernel_that_cannot_run_here_is_a_row_with_its_reason(capsys, tmp_path):

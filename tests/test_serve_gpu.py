@@ -42,6 +42,7 @@ def test_prefill_and_decode_on_the_gpu(model, impl):
         expected = {"kernel": {"kernel"}, "sdpa-cudnn": {"cudnn"}}.get(impl, {"cudnn", "flash", "efficient"})
         assert set(p.share.backends) <= expected
     assert d.status == "ok" and d.tokens == 4 * 5 and d.share.attention_ms > 0
+    assert d.share.attention_host_ms is not None and d.share.attention_host_ms > 0
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])

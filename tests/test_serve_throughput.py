@@ -32,6 +32,7 @@ def test_prefill_counts_the_tokens_in_the_cache(model, impl):
     assert p.tokens == 2 * 17
     assert p.tokens_per_s == pytest.approx(p.tokens / p.seconds)
     assert p.share.attention_ms > 0 and p.share.basis == "cpu-ops"
+    assert p.share.attention_host_ms == p.share.attention_ms  # on the CPU the attention's op time is host time
     assert 0 < p.attention_share < 1
     if impl == "sdpa":
         assert "fused_attention" in p.share.roles and p.share.backends == ("cpu_flash",)

@@ -133,6 +133,9 @@ def answer(prefill: list[dict], decode: list[dict], stream: list[dict], price: f
         if pred:
             text += f", so Amdahl's law predicts {_span(pred)}"
         parts.append(text + ".")
+        short = _host_bound(rows)
+        if short:
+            parts.append(short)
     verdict, text = _stream_verdict(stream, static_gains, span_s)
     if text:
         parts.append(text)
@@ -143,6 +146,31 @@ def answer(prefill: list[dict], decode: list[dict], stream: list[dict], price: f
     costs = _cost_sentence(prefill, decode, stream, price)
     head = [verdict] if verdict else []
     return " ".join(head + parts + ([costs] if costs else []))
+
+
+def _host_bound(rows: list[dict]) -> str:
+    """Rows that lost to eager although their attention kernels take less GPU time than eager's, and whose
+    attention calls spend more host time than GPU time: the cost is on the CPU. One sentence, or ""."""
+    eager = {(r["batch"], r["context"]): r for r in rows if r["impl"] == "eager" and r["status"] == "ok"}
+    found: dict[str, list[tuple[float, float, float]]] = {}
+    for r in rows:
+        base, share = eager.get((r["batch"], r["context"])), r.get("share") or {}
+        if r["impl"] == "eager" or r["status"] != "ok" or base is None or share.get("basis") != "gpu-kernels":
+            continue
+        gpu, host, gain = share.get("attention_ms"), share.get("attention_host_ms"), r.get("gain_over_eager")
+        if None in (gpu, host, gain) or gain >= 1.0 or gpu >= (base.get("share") or {}).get("attention_ms", 0.0):
+            continue
+        if host > 2 * gpu:
+            found.setdefault(r["impl"], []).append((gain, gpu, host))
+    out = []
+    for impl, cases in found.items():
+        gains = [g for g, _, _ in cases]
+        gpu = [x for _, x, _ in cases]
+        host = [x for _, _, x in cases]
+        out.append(f"{impl} is slower than eager ({_span(gains)}) although its attention kernels take less GPU time "
+                   f"({min(gpu):.3g}–{max(gpu):.3g} ms per step): its attention calls spend {min(host):.3g}–"
+                   f"{max(host):.3g} ms per step on the host, so the cost is on the CPU.")
+    return " ".join(out)
 
 
 def _stream_verdict(stream: list[dict], static_gains: dict[str, list[float]], span_s: float | None):

@@ -34,6 +34,14 @@ def _roles(share: dict | None) -> str:
     return text + (f" [{'/'.join(share['backends'])}]" if share.get("backends") else "")
 
 
+def _attention_ms(share: dict) -> str:
+    """GPU kernel time / host time of the attention calls per step (one number on the CPU, where they are one)."""
+    gpu, host = share.get("attention_ms"), share.get("attention_host_ms")
+    if share.get("basis") == "cpu-ops" or host is None:
+        return fmt(gpu, ".3g")
+    return f"{fmt(gpu, '.3g')} / {fmt(host, '.3g')}"
+
+
 def _static_rows(rows: list[dict], mode: str) -> list[list]:
     key = "usd_per_m_input" if mode == "prefill" else "usd_per_m_output"
     hkey = "gpu_hours_per_b_input" if mode == "prefill" else "gpu_hours_per_b_output"
@@ -47,7 +55,7 @@ def _static_rows(rows: list[dict], mode: str) -> list[list]:
             f"{fmt(r['itl_ms'].get('p50'), '.3g')} / {fmt(r['itl_ms'].get('p99'), '.3g')}"
         cost = r.get("cost") or {}
         out.append([r["impl"], r["batch"], r["context"], f"{r['tokens_per_s']:,.0f}", lat,
-                    _pct(r.get("attention_share")), fmt(share.get("attention_ms"), ".3g"), _roles(share),
+                    _pct(r.get("attention_share")), _attention_ms(share), _roles(share),
                     _x(r.get("gain_over_eager")), _x(r.get("amdahl_predicted")), fmt(cost.get(key), ".3g"),
                     fmt(cost.get(hkey), ".3g"), fmt(r.get("peak_mib"), ".0f")])
     return out
@@ -70,7 +78,7 @@ def _stream_rows(rows: list[dict]) -> list[list]:
     return out
 
 
-STATIC_HEAD = ["impl", "batch", "context", "tokens/s", "{lat}", "attention share", "attention ms/step",
+STATIC_HEAD = ["impl", "batch", "context", "tokens/s", "{lat}", "attention share", "attention ms/step (GPU / host)",
                "attention kernels by role (ms)", "gain over eager", "Amdahl predicts", "$/1M {tok}",
                "GPU-h/1B {tok}", "peak MiB"]
 STREAM_HEAD = ["impl", "ran as", "completed", "failed", "output tok/s", "all tok/s", "TTFT p50 / p99 ms",
@@ -121,7 +129,9 @@ def markdown(data: dict) -> str:
               "- Attention share: time of the kernels launched inside the model's attention function (profiler, "
               "classified by role) over the wall time of the step. Amdahl predicts the end-to-end gain from that "
               "share and the attention time alone: 1 / (1 − share · (1 − t_impl / t_eager)). A measured gain below "
-              "the prediction means the rest of the step (launches, sync, the loop) did not shrink with it.",
+              "the prediction means the rest of the step (launches, sync, the loop) did not shrink with it. On a GPU the "
+              "attention column also gives the host time spent inside the attention calls (under the profiler): "
+              "when it is far above the kernels' GPU time, the implementation's cost is on the CPU.",
               "- Cost: price per GPU-hour ÷ tokens made in that hour. Prefill is charged to input tokens, decode and "
               "continuous batching to output tokens ($/1M all counts input + output, for comparison).",
               "", "## Provenance", "", "```",
