@@ -88,3 +88,20 @@ def test_a_pinned_sdpa_backend_runs_inside_its_context(model):
     with pinned.context():
         p = measure_prefill(model, "sdpa-math", batch=1, context=13, device="cpu", reps=1)
     assert p.tokens == 13 and "fused_attention" not in p.share.roles  # math: the unfused ops, no fused kernel
+
+
+def test_decode_steps_are_marked_between_generates_own_tokens():
+    """The profiled decode steps are the gaps between the tokens `generate` streams (not a hand-written loop):
+    `steps` complete ranges, none left open, the prompt's put not counted."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from attnprof.serving.throughput import STEP_RANGE, _StepMarks
+
+    marks = _StepMarks(steps=3)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for token in range(6):  # the prompt, then 5 new tokens: ranges 1→2, 2→3, 3→4
+            marks.put(token)
+            torch.ones(4).sum()
+        marks.end()
+    ranges = [e for e in prof.events() if e.name == STEP_RANGE]
+    assert len(ranges) == 3 and marks.open is None

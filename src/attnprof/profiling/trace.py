@@ -147,13 +147,23 @@ def split_steps(trace: Trace, prefix: str = STEP_PREFIX) -> list[Step]:
     return steps
 
 
-def gpu_work_in_ranges(trace: Trace, name: str) -> list[list[Event]]:
+def cpu_ranges(trace: Trace, name: str, *, within: str | None = None) -> list[Event]:
+    """The CPU-side ranges called `name` (record_function), in time order; with `within`, only those that lie
+    inside a range of that name (e.g. the attention calls of the timed steps, not of a warm-up)."""
+    ranges = sorted((e for e in trace.events if e.name == name and e.cat == "user_annotation"), key=lambda e: e.ts)
+    if within is None:
+        return ranges
+    outer = [e for e in trace.events if e.name == within and e.cat == "user_annotation"]
+    return [r for r in ranges if any(o.ts <= r.ts and r.end <= o.end for o in outer)]
+
+
+def gpu_work_in_ranges(trace: Trace, name: str, *, within: str | None = None) -> list[list[Event]]:
     """For each CPU range called `name` (a record_function), the GPU work launched inside it, by launch time.
 
     The same attribution as `split_steps`, for any range: kernels launched through the runtime or the driver API
-    (Triton launches with cuLaunchKernel) alike. Ranges are returned in time order.
+    (Triton launches with cuLaunchKernel) alike. Ranges are returned in time order; `within` as in `cpu_ranges`.
     """
-    ranges = sorted((e for e in trace.events if e.name == name and e.cat == "user_annotation"), key=lambda e: e.ts)
+    ranges = cpu_ranges(trace, name, within=within)
     launch_ts = {e.args.get("correlation"): e.ts for e in trace.events
                  if e.cat in LAUNCH_CATEGORIES and e.args.get("correlation") is not None}
     starts = [r.ts for r in ranges]

@@ -149,27 +149,49 @@ def answer(prefill: list[dict], decode: list[dict], stream: list[dict], price: f
 
 
 def _host_bound(rows: list[dict]) -> str:
-    """Rows that lost to eager although their attention kernels take less GPU time than eager's, and whose
-    attention calls spend more host time than GPU time: the cost is on the CPU. One sentence, or ""."""
+    """For each implementation slower than eager at some point (batch, context), where the lost time per step
+    went, from the profiled steps: more host time inside its attention calls, more GPU work, or neither (then it
+    is host time outside the attention calls). One sentence per implementation, or ""."""
     eager = {(r["batch"], r["context"]): r for r in rows if r["impl"] == "eager" and r["status"] == "ok"}
-    found: dict[str, list[tuple[float, float, float]]] = {}
+    found: dict[str, dict[str, list]] = {}
     for r in rows:
         base, share = eager.get((r["batch"], r["context"])), r.get("share") or {}
         if r["impl"] == "eager" or r["status"] != "ok" or base is None or share.get("basis") != "gpu-kernels":
             continue
-        gpu, host, gain = share.get("attention_ms"), share.get("attention_host_ms"), r.get("gain_over_eager")
-        if None in (gpu, host, gain) or gain >= 1.0 or gpu >= (base.get("share") or {}).get("attention_ms", 0.0):
+        bshare = base.get("share") or {}
+        lost = r["step_ms"] - base["step_ms"]
+        keys = ("attention_ms", "attention_host_ms", "busy_ms")
+        if lost <= 0.1 * base["step_ms"] or any(share.get(k) is None or bshare.get(k) is None for k in keys):
             continue
-        if host > 2 * gpu:
-            found.setdefault(r["impl"], []).append((gain, gpu, host))
+        more_host = share["attention_host_ms"] - bshare["attention_host_ms"]
+        more_gpu = share["busy_ms"] - bshare["busy_ms"]
+        where = ("host inside attention" if more_host >= 0.5 * lost else
+                 "GPU" if more_gpu >= 0.5 * lost else "host outside attention")
+        found.setdefault(r["impl"], {}).setdefault(where, []).append((lost, share, bshare))
     out = []
-    for impl, cases in found.items():
-        gains = [g for g, _, _ in cases]
-        gpu = [x for _, x, _ in cases]
-        host = [x for _, _, x in cases]
-        out.append(f"{impl} is slower than eager ({_span(gains)}) although its attention kernels take less GPU time "
-                   f"({min(gpu):.3g}–{max(gpu):.3g} ms per step): its attention calls spend {min(host):.3g}–"
-                   f"{max(host):.3g} ms per step on the host, so the cost is on the CPU.")
+    for impl, by_where in found.items():
+        for where, cases in by_where.items():
+            lost = [c[0] for c in cases]
+            span = f"{min(lost):.3g}–{max(lost):.3g}" if max(lost) - min(lost) >= 0.05 else f"{lost[0]:.3g}"
+            mine_gpu = [c[1]["busy_ms"] for c in cases]
+            base_gpu = [c[2]["busy_ms"] for c in cases]
+            mine_host = [c[1]["attention_host_ms"] for c in cases]
+            base_host = [c[2]["attention_host_ms"] for c in cases]
+
+            def rng(v: list[float]) -> str:
+                return f"{min(v):.3g}" if max(v) - min(v) < 0.05 else f"{min(v):.3g}–{max(v):.3g}"
+
+            text = f"{impl} loses {span} ms per step to eager; "
+            if where == "host inside attention":
+                text += (f"its attention calls take {rng(mine_host)} ms of host time per step against eager's "
+                         f"{rng(base_host)}: the cost is on the CPU, inside attention.")
+            elif where == "GPU":
+                text += f"the GPU is busy {rng(mine_gpu)} ms per step against eager's {rng(base_gpu)}."
+            else:
+                text += (f"neither its GPU work ({rng(mine_gpu)} ms busy per step, eager {rng(base_gpu)}) nor the "
+                         f"host time inside its attention calls ({rng(mine_host)} ms, eager {rng(base_host)}) "
+                         "explains it: the time goes to the host outside the attention calls, or to waiting.")
+            out.append(text)
     return " ".join(out)
 
 

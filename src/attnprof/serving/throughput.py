@@ -214,7 +214,6 @@ def _cpu_leaves(event, parents: tuple[str, ...] = ()) -> Iterator[tuple[str, tup
 
 def profile_share(step: Callable[[], object], model, device: str, *, steps: int = 2) -> Share:
     """Profile `steps` calls of `step` (already warmed up) and split each into attention / the rest."""
-    from attnprof.profiling.classify import classify_cpu
 
     cuda = device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -226,6 +225,13 @@ def profile_share(step: Callable[[], object], model, device: str, *, steps: int 
             torch.cuda.synchronize(device)
     if cuda:
         return _gpu_share(prof, steps)
+    return _cpu_share(prof)
+
+
+def _cpu_share(prof) -> Share:
+    """CPU op time inside the step ranges, and inside the attention ranges within them, by role."""
+    from attnprof.profiling.classify import classify_cpu
+
     cpu_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
     step_events = [e for e in cpu_events if e.name == STEP_RANGE]
     roles: dict[str, float] = {}
@@ -257,7 +263,7 @@ def _gpu_share(prof, steps: int) -> Share:
     from pathlib import Path
 
     from attnprof.profiling.classify import classify_gpu
-    from attnprof.profiling.trace import gpu_work_in_ranges, load_trace
+    from attnprof.profiling.trace import cpu_ranges, gpu_work_in_ranges, load_trace
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "share.json"
@@ -267,14 +273,14 @@ def _gpu_share(prof, steps: int) -> Share:
     roles: dict[str, float] = {}
     backends: set[str] = set()
     attention = 0.0
-    for work in gpu_work_in_ranges(trace, ATTENTION_RANGE):
+    for work in gpu_work_in_ranges(trace, ATTENTION_RANGE, within=STEP_RANGE):
         for k in work:
             c = classify_gpu(k.name)
             roles[c.role] = roles.get(c.role, 0.0) + k.dur / 1e3
             attention += k.dur / 1e3
             if c.backend:
                 backends.add(c.backend)
-    host = sum(e.dur for e in trace.events if e.name == ATTENTION_RANGE and e.cat == "user_annotation") / 1e3
+    host = sum(e.dur for e in cpu_ranges(trace, ATTENTION_RANGE, within=STEP_RANGE)) / 1e3
     n = max(1, steps)
     return Share(attention_ms=attention / n, busy_ms=busy / n, roles={k: v / n for k, v in sorted(roles.items())},
                  backends=tuple(sorted(backends)), basis="gpu-kernels", attention_host_ms=host / n)
@@ -360,7 +366,7 @@ def measure_decode(model, impl: str, *, batch: int, context: int, new_tokens: in
                 raise CheckFailed(f"decode {impl}: asked for {new_tokens} new tokens per row, got "
                                   f"{tuple(generated.shape)} ({len(clock.times)} streamed)")
             del out
-            prof = _decode_share(model, ids, device) if share else None
+            prof = _decode_share(model, ids, device, kw) if share else None
     except torch.OutOfMemoryError as exc:
         return _oom(impl, "decode", batch, context, exc, device, new_tokens)
     gaps = [(b - a) * 1e3 for a, b in zip(clock.times, clock.times[1:], strict=False)]
@@ -370,20 +376,43 @@ def measure_decode(model, impl: str, *, batch: int, context: int, new_tokens: in
                  itl_ms={"p50": percentile(gaps, 50), "p99": percentile(gaps, 99)}, share=prof, peak_mib=peak)
 
 
-def _decode_share(model, ids: torch.Tensor, device: str) -> Share:
-    """Profile single-token steps against a KV cache of the prompt's length (it grows by one per step)."""
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-    cache = _cache_of(out)
-    nxt = out.logits[:, -1:].argmax(-1)  # [B, 1]
-    cache_kw = _cache_kwarg(model)
+class _StepMarks:
+    """A `generate` streamer that wraps the time between consecutive new tokens in `record_function(STEP_RANGE)`:
+    the profiled steps are then the very decode steps that `generate` times (mask update, logits processing,
+    cache bookkeeping included), not a hand-written loop that might take another path."""
 
-    def step():
-        nonlocal nxt
-        o = model(input_ids=nxt, use_cache=True, **{cache_kw: cache})
-        nxt = o.logits[:, -1:].argmax(-1)
+    def __init__(self, steps: int) -> None:
+        self.steps = steps  # complete ranges wanted: one per gap between new tokens
+        self.seen = -1  # puts so far, the prompt's not counted
+        self.open = None
 
-    step()  # warm-up
-    return profile_share(step, model, device, steps=2)
+    def put(self, value) -> None:
+        self.seen += 1
+        if self.seen == 0:  # the prompt
+            return
+        if self.open is not None:
+            self.open.__exit__(None, None, None)
+            self.open = None
+        if self.seen <= self.steps:  # a range from this token to the next
+            self.open = record_function(STEP_RANGE)
+            self.open.__enter__()
+
+    def end(self) -> None:
+        if self.open is not None:
+            self.open.__exit__(None, None, None)
+            self.open = None
+
+
+def _decode_share(model, ids: torch.Tensor, device: str, kw: dict, steps: int = 3) -> Share:
+    """Profile `steps` decode steps of a real `generate` call (the same arguments as the timed one)."""
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    marks = _StepMarks(steps)
+    with attention_scope(model), profile(activities=activities) as prof:
+        model.generate(ids, max_new_tokens=steps + 1, min_new_tokens=steps + 1, streamer=marks, **kw)
+        if cuda:
+            torch.cuda.synchronize(device)
+    return _gpu_share(prof, steps) if cuda else _cpu_share(prof)
 
 
 def _cache_of(out):
