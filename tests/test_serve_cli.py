@@ -139,6 +139,7 @@ def test_the_answer_says_where_a_slower_implementation_loses_its_time():
     def row(impl, tps, step, attn, host, busy):
         r = _static(impl, tps, 0.01, attn, step_ms=step, host_ms=host)
         r["share"]["busy_ms"] = busy
+        r["share"]["step_wall_ms"] = step + 1.0  # the profiled step, profiler overhead included
         return r
 
     # the H200's decode pattern: sdpa's attention is cheaper on GPU and host alike, yet the step is 4x longer
@@ -146,10 +147,10 @@ def test_the_answer_says_where_a_slower_implementation_loses_its_time():
                             row("slow-host", 30, 33.0, 0.2, 25.0, 2.2), row("slow-gpu", 30, 33.0, 0.2, 3.0, 20.0),
                             row("close", 64, 15.5, 0.2, 3.0, 2.0)], "decode", 3.5)
     text = answer([], rows, [], 3.5)
-    assert ("sdpa loses 44.7 ms per step to eager; neither its GPU work (1.95 ms busy per step, eager 2.4) nor the "
+    assert ("sdpa loses 44.7 ms per step to eager (its profiled steps took 60.7 ms, eager's 16); neither its GPU work (1.95 ms busy per step, eager 2.4) nor the "
             "host time inside its attention calls (1.75 ms, eager 5.9) explains it") in text
-    assert "slow-host loses 18 ms per step to eager; its attention calls take 25 ms of host time" in text
-    assert "slow-gpu loses 18 ms per step to eager; the GPU is busy 20 ms per step against eager's 2.4." in text
+    assert "slow-host loses 18 ms per step to eager (its profiled steps took 34 ms, eager's 16); its attention calls take 25 ms of host time" in text
+    assert "slow-gpu loses 18 ms per step to eager (its profiled steps took 34 ms, eager's 16); the GPU is busy 20 ms per step against eager's 2.4." in text
     assert "close loses" not in text  # 0.5 ms of 15: within the noise the sentence ignores
 
     from attnprof.serving.serve_report import _static_rows

@@ -181,7 +181,11 @@ def _host_bound(rows: list[dict]) -> str:
             def rng(v: list[float]) -> str:
                 return f"{min(v):.3g}" if max(v) - min(v) < 0.05 else f"{min(v):.3g}–{max(v):.3g}"
 
-            text = f"{impl} loses {span} ms per step to eager; "
+            walls = [c[1].get("step_wall_ms") for c in cases]
+            text = f"{impl} loses {span} ms per step to eager"
+            if all(w is not None for w in walls):  # was the slowness there in the profiled steps too?
+                text += f" (its profiled steps took {rng(walls)} ms, eager's {rng([c[2].get('step_wall_ms') or 0.0 for c in cases])})"
+            text += "; "
             if where == "host inside attention":
                 text += (f"its attention calls take {rng(mine_host)} ms of host time per step against eager's "
                          f"{rng(base_host)}: the cost is on the CPU, inside attention.")

@@ -42,10 +42,14 @@ class Share:
     # host (CPU) time spent inside the model's attention function per step, under the profiler: when an
     # implementation is slow although its attention kernels are fast, this is where the time went
     attention_host_ms: float | None = None
+    # wall time of the profiled step itself (profiler overhead included): tells whether the slowness of the timed
+    # steps was reproduced in the profiled ones
+    step_wall_ms: float | None = None
 
     def to_json(self) -> dict:
         return {"attention_ms": self.attention_ms, "busy_ms": self.busy_ms, "roles": self.roles,
-                "backends": list(self.backends), "basis": self.basis, "attention_host_ms": self.attention_host_ms}
+                "backends": list(self.backends), "basis": self.basis, "attention_host_ms": self.attention_host_ms,
+                "step_wall_ms": self.step_wall_ms}
 
 
 @dataclass(frozen=True)
@@ -249,7 +253,7 @@ def _cpu_share(prof) -> Share:
     n = max(1, len(step_events))
     return Share(attention_ms=attention / n, busy_ms=busy / n,
                  roles={k: v / n for k, v in sorted(roles.items())}, backends=tuple(sorted(backends)),
-                 basis="cpu-ops", attention_host_ms=attention / n)
+                 basis="cpu-ops", attention_host_ms=attention / n, step_wall_ms=busy / n)
 
 
 def _gpu_share(prof, steps: int) -> Share:
@@ -281,9 +285,11 @@ def _gpu_share(prof, steps: int) -> Share:
             if c.backend:
                 backends.add(c.backend)
     host = sum(e.dur for e in cpu_ranges(trace, ATTENTION_RANGE, within=STEP_RANGE)) / 1e3
+    wall = sum(e.dur for e in cpu_ranges(trace, STEP_RANGE)) / 1e3
     n = max(1, steps)
     return Share(attention_ms=attention / n, busy_ms=busy / n, roles={k: v / n for k, v in sorted(roles.items())},
-                 backends=tuple(sorted(backends)), basis="gpu-kernels", attention_host_ms=host / n)
+                 backends=tuple(sorted(backends)), basis="gpu-kernels", attention_host_ms=host / n,
+                 step_wall_ms=wall / n)
 
 
 # ------------------------------------------------------------------------------------------- prefill and decode --
