@@ -12,7 +12,7 @@ import torch
 from attnprof.variants import VARIANTS, kernel_hub
 from attnprof.variants.naive import naive_attention
 from attnprof.variants.reference import reference_attention
-from attnprof.workload import Workload
+from attnprof.workload import Inputs, Workload
 
 pytestmark = pytest.mark.cuda
 
@@ -73,3 +73,18 @@ def test_variant_and_registry_on_gpu():
     ref = reference_attention(inputs)
     eager = naive_attention(inputs)
     assert rel_err(VARIANTS["kernel"](inputs), ref) <= 2 * rel_err(eager, ref)
+
+
+def test_non_finite_values_in_the_next_batch_do_not_leak_through_a_tma_tile(mod):
+    """Batch 0's last key tile runs into batch 1's first rows (S = 1000 is not a multiple of the tile): inf/NaN
+    there must not reach batch 0 (they did before the masked loop zeroed out-of-sequence values)."""
+    w = Workload(batch=2, heads=4, seq=1000, head_dim=128, dtype="bf16", causal=False, device="cuda")
+    inputs = w.make_inputs(seed=3)
+    q, k, v = (t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))  # -> [B, S, H, D]
+    v[1, :64] = float("inf")
+    k[1, :64] = float("nan")
+    first = Inputs(inputs.q[:1], inputs.k[:1], inputs.v[:1], causal=False, scale=inputs.scale)
+    ref = reference_attention(first)
+    out = mod.attention(q, k, v, inputs.scale, False).transpose(1, 2)[:1]
+    assert out.isfinite().all()
+    assert rel_err(out, ref) <= 2 * rel_err(naive_attention(first).double(), ref)

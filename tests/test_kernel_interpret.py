@@ -97,6 +97,17 @@ def _child() -> dict:
         out = VARIANTS["kernel"](inputs)
         results[f"variant/transposed={transposed}"] = {"accepted": verdict.ok, "err": rel_err(out, ref),
                                                        "eager": eager_err(inputs, ref)}
+    # inf/NaN in one batch's first keys/values must not leak into the previous batch's last (partial) TMA tile
+    w = Workload(batch=2, heads=2, seq=40, head_dim=64, dtype="fp16", causal=False)
+    inputs = w.make_inputs(seed=5)
+    q, k, v = (t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))  # -> [B, S, H, D]
+    v[1, :8] = float("inf")
+    k[1, :8] = float("nan")
+    first = Inputs(inputs.q[:1], inputs.k[:1], inputs.v[:1], causal=False, scale=inputs.scale)
+    ref = reference_attention(first)
+    out = mod.attention(q, k, v, inputs.scale, False, config=mod.Config(32, 32, 4, 2, True)).transpose(1, 2)[:1]
+    results["tma_neighbour_inf"] = {"finite": bool(out.isfinite().all()), "err": rel_err(out, ref),
+                                    "eager": eager_err(first, ref)}
     results["transformers"] = _child_transformers(kernel_hub, rel_err)
     return results
 
@@ -156,6 +167,12 @@ def test_matches_oracle_within_twice_eager(interp, shape, cfg):
     assert r["shape_ok"] and r["dtype"] == "torch.float16"
     assert r["err"] <= 2 * r["eager"], f"kernel error {r['err']:.3g} > 2 x eager fp16 error {r['eager']:.3g}"
     assert r["blind_rows_zero"], "rows that see no key must be zeros"
+
+
+def test_non_finite_values_in_the_next_batch_do_not_leak_through_a_tma_tile(interp):
+    """A TMA tile past the end of batch 0's keys reads batch 1's first rows; their inf/NaN must not reach batch 0."""
+    r = interp["tma_neighbour_inf"]
+    assert r["finite"] and r["err"] <= 2 * r["eager"], r
 
 
 def test_softmax_scale_is_used(interp):

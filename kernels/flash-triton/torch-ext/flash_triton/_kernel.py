@@ -18,8 +18,8 @@ triangle) so the short tiles fill the tail of the grid.
 
 Loads use TMA descriptors over the 2-D view `[B*S, H*D]` when `USE_TMA` (Hopper+), plain pointers otherwise.
 A TMA tile that runs past the end of one sequence reads the next batch's first rows: those keys are masked to
--inf (probability exactly 0) and those queries are never stored, so they cannot change the result for finite
-inputs. The output is always stored with a row mask.
+-inf (probability exactly 0), those values are zeroed (0 · inf would be NaN) and those queries are never stored,
+so nothing of the next batch reaches this one, finite or not. The output is always stored with a row mask.
 """
 
 from __future__ import annotations
@@ -98,6 +98,9 @@ def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, s
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         v = _load_kv(desc_v, v_base, kv_row0, kv_col, start_n, stride_vs, SK, BLOCK_N, HEAD_DIM, MASKED, USE_TMA)
+        if MASKED:
+            if USE_TMA:  # rows past Sk are the next batch's: p is 0 there, but 0 * inf is NaN, so zero them
+                v = tl.where((start_n + offs_n)[:, None] < SK, v, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
     return acc, l_i, m_i
