@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Decode diagnosis (issue 7): why SDPA's own choice (cuDNN) is ~3x slower than eager at decode although its
-# attention kernels are fast. The serve table's attention column now carries GPU / host ms per step.
+# attention kernels are fast. The attention column carries GPU / host ms per step; the answer says where a slower
+# implementation loses its time (decode is profiled inside generate).
 # Writes $OUT/decode/h200-serve-decode.{md,json}. ~1 minute.
 set -u
 dest="${OUT:-/tmp/out}/decode"; mkdir -p "$dest"
@@ -11,4 +12,4 @@ timeout 200 python3 -m attnprof serve --model llama-1b --dtype bf16 --impls eage
   --out "$dest" --stem h200-serve-decode --json > "$dest/serve.log" 2>&1
 echo "serve decode exit=$? in $(( $(date +%s) - start ))s"
 grep -E "^\| (eager|sdpa|kernel)" "$dest/h200-serve-decode.md" | cut -c1-220
-grep -o "is slower than eager[^.]*\.[^.]*\." "$dest/h200-serve-decode.md" | head -3
+grep -o "loses [^;]*;[^:]*:[^.]*\." "$dest/h200-serve-decode.md" | head -3

@@ -364,7 +364,7 @@ def _envelope_key(a: dict) -> tuple | None:
     """Everything SDPA's backend choice reads; None when a call must be observed on its own.
 
     This runs on every watched call, inside a model forward where caches are cold, so it is one flat tuple built
-    inline (no helper calls): the watcher's overhead budget is a few µs per call. k, v and the mask share q's
+    inline: the watcher's overhead budget is a few µs per call. k, v and the mask share q's
     device (SDPA refuses anything else before choosing a backend).
     """
     q, k, v = a.get("query"), a.get("key"), a.get("value")
@@ -382,9 +382,8 @@ def _envelope_key(a: dict) -> tuple | None:
             k.shape, k.stride(), k.storage_offset() & 15, k.dtype, k.requires_grad,
             v.shape, v.stride(), v.storage_offset() & 15, v.dtype, v.requires_grad, q.device, mask_key,
             bool(a.get("is_causal")), float(a.get("dropout_p") or 0.0), a.get("scale") is None,
-            bool(a.get("enable_gqa")), torch.is_grad_enabled(), torch._C._get_flash_sdp_enabled(),
-            torch._C._get_mem_efficient_sdp_enabled(), torch._C._get_cudnn_sdp_enabled(),
-            torch._C._get_math_sdp_enabled(), tuple(_get_priority()) if _get_priority else ())
+            bool(a.get("enable_gqa")), torch.is_grad_enabled(), _enabled_flags(),
+            tuple(_get_priority()) if _get_priority else ())
 
 
 def _enabled_flags() -> tuple:

@@ -133,9 +133,9 @@ def answer(prefill: list[dict], decode: list[dict], stream: list[dict], price: f
         if pred:
             text += f", so Amdahl's law predicts {_span(pred)}"
         parts.append(text + ".")
-        short = _host_bound(rows)
-        if short:
-            parts.append(short)
+        lost = _where_time_was_lost(rows)
+        if lost:
+            parts.append(lost)
     verdict, text = _stream_verdict(stream, static_gains, span_s)
     if text:
         parts.append(text)
@@ -148,7 +148,7 @@ def answer(prefill: list[dict], decode: list[dict], stream: list[dict], price: f
     return " ".join(head + parts + ([costs] if costs else []))
 
 
-def _host_bound(rows: list[dict]) -> str:
+def _where_time_was_lost(rows: list[dict]) -> str:
     """For each implementation slower than eager at some point (batch, context), where the lost time per step
     went, from the profiled steps: more host time inside its attention calls, more GPU work, or neither (then it
     is host time outside the attention calls). One sentence per implementation, or ""."""
@@ -182,9 +182,10 @@ def _host_bound(rows: list[dict]) -> str:
                 return f"{min(v):.3g}" if max(v) - min(v) < 0.05 else f"{min(v):.3g}–{max(v):.3g}"
 
             walls = [c[1].get("step_wall_ms") for c in cases]
+            base_walls = [c[2].get("step_wall_ms") for c in cases]
             text = f"{impl} loses {span} ms per step to eager"
-            if all(w is not None for w in walls):  # was the slowness there in the profiled steps too?
-                text += f" (its profiled steps took {rng(walls)} ms, eager's {rng([c[2].get('step_wall_ms') or 0.0 for c in cases])})"
+            if None not in walls + base_walls:  # was the slowness there in the profiled steps too?
+                text += f" (its profiled steps took {rng(walls)} ms, eager's {rng(base_walls)})"
             text += "; "
             if where == "host inside attention":
                 text += (f"its attention calls take {rng(mine_host)} ms of host time per step against eager's "

@@ -130,8 +130,9 @@ def markdown(data: dict) -> str:
               "classified by role) over the wall time of the step. Amdahl predicts the end-to-end gain from that "
               "share and the attention time alone: 1 / (1 − share · (1 − t_impl / t_eager)). A measured gain below "
               "the prediction means the rest of the step (launches, sync, the loop) did not shrink with it. On a GPU the "
-              "attention column also gives the host time spent inside the attention calls (under the profiler): "
-              "when it is far above the kernels' GPU time, the implementation's cost is on the CPU.",
+              "attention column also gives the host time spent inside the attention calls (under the profiler); "
+              "when an implementation is slower than eager, the answer compares that host time, the GPU's busy "
+              "time and the profiled step's wall time with eager's to say where the lost time went.",
               "- Cost: price per GPU-hour ÷ tokens made in that hour. Prefill is charged to input tokens, decode and "
               "continuous batching to output tokens ($/1M all counts input + output, for comparison).",
               "", "## Provenance", "", "```",

@@ -219,17 +219,24 @@ def _cpu_leaves(event, parents: tuple[str, ...] = ()) -> Iterator[tuple[str, tup
 def profile_share(step: Callable[[], object], model, device: str, *, steps: int = 2) -> Share:
     """Profile `steps` calls of `step` (already warmed up) and split each into attention / the rest."""
 
-    cuda = device.startswith("cuda")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with attention_scope(model), profile(activities=activities) as prof:
+    def run() -> None:
         for _ in range(steps):
             with record_function(STEP_RANGE):
                 step()
+
+    return _profiled_share(run, model, device, steps)
+
+
+def _profiled_share(run: Callable[[], object], model, device: str, steps: int) -> Share:
+    """Run `run` (which marks `steps` STEP_RANGE ranges) under the profiler with the attention scoped, and split
+    each step into attention / the rest: GPU kernels on CUDA, CPU ops on the CPU."""
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with attention_scope(model), profile(activities=activities) as prof:
+        run()
         if cuda:
             torch.cuda.synchronize(device)
-    if cuda:
-        return _gpu_share(prof, steps)
-    return _cpu_share(prof)
+    return _gpu_share(prof, steps) if cuda else _cpu_share(prof)
 
 
 def _cpu_share(prof) -> Share:
@@ -411,26 +418,16 @@ class _StepMarks:
 
 def _decode_share(model, ids: torch.Tensor, device: str, kw: dict, steps: int = 3) -> Share:
     """Profile `steps` decode steps of a real `generate` call (the same arguments as the timed one)."""
-    cuda = device.startswith("cuda")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     marks = _StepMarks(steps)
-    with attention_scope(model), profile(activities=activities) as prof:
-        model.generate(ids, max_new_tokens=steps + 1, min_new_tokens=steps + 1, streamer=marks, **kw)
-        if cuda:
-            torch.cuda.synchronize(device)
-    return _gpu_share(prof, steps) if cuda else _cpu_share(prof)
+    return _profiled_share(
+        lambda: model.generate(ids, max_new_tokens=steps + 1, min_new_tokens=steps + 1, streamer=marks, **kw),
+        model, device, steps)
 
 
 def _cache_of(out):
     """The KV cache of a forward's output: `cache` from transformers 5.2x, `past_key_values` before."""
     cache = out.get("cache")
     return cache if cache is not None else out.get("past_key_values")
-
-
-def _cache_kwarg(model) -> str:
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _oom(impl: str, mode: str, batch: int, context: int, exc: BaseException, device: str, new: int = 0) -> Point:
