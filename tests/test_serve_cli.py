@@ -49,6 +49,8 @@ def test_decode_mode_counts_generated_tokens(capsys, tmp_path):
     (row,) = data["decode"]
     assert row["impl"] == "sdpa" and row["tokens"] == 2 * 3 and row["new_tokens"] == 4
     assert row["share"] is None and row["cost"]["usd_per_m_output"] > 0
+    assert row["itl_repeat_ms"]["p50"] > 0 and row["cold_share"] is None  # timed twice; --no-share: no profiles
+    assert "| ITL p50 / p99 ms, first pass | ITL p50 / p99 ms, repeat pass |" in (tmp_path / "serve.md").read_text()
 
 
 def test_continuous_mode_from_a_request_file(capsys, tmp_path):

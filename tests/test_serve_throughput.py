@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch.profiler import profile
@@ -12,6 +14,7 @@ from attnprof.serving.throughput import (
     ATTENTION_RANGE,
     amdahl,
     attention_scope,
+    cold_context,
     measure_decode,
     measure_prefill,
     percentile,
@@ -47,6 +50,23 @@ def test_decode_counts_generated_tokens_and_times_only_decode(model):
     assert p.tokens == 3 * (5 - 1)  # the first new token belongs to the prefill
     assert p.itl_ms["p50"] > 0 and p.itl_ms["p99"] >= p.itl_ms["p50"]
     assert p.share is not None and p.share.attention_ms > 0
+    # the repeat pass: the same generate again, timed the same way
+    assert math.isfinite(p.itl_repeat_ms["p99"]) and p.itl_repeat_ms["p99"] >= p.itl_repeat_ms["p50"] > 0
+    # the cold profile: a prompt past every KV length the point used (9 + 5 + 1), its steps recorded
+    assert p.cold_context == 15 and p.cold_share is not None
+    assert math.isfinite(p.cold_share.step_wall_ms) and p.cold_share.step_wall_ms > 0
+    assert p.cold_share.attention_host_ms > 0 and p.cold_share.backends == p.share.backends == ("cpu_flash",)
+    data = p.to_json()
+    assert data["itl_repeat_ms"] == p.itl_repeat_ms and data["cold_share"]["step_wall_ms"] == p.cold_share.step_wall_ms
+    assert data["cold_context"] == 15
+
+
+def test_the_cold_prompt_meets_kv_lengths_the_point_never_used():
+    # timed passes decode over KV lengths 101 … 108; the cold steps (3) over 111 … 113, or below the prompt
+    assert cold_context(100, 9, 3, max_positions=4096) == 110
+    assert cold_context(100, 9, 3, max_positions=None) == 110
+    assert cold_context(100, 9, 3, max_positions=112) == 95  # 110 + 4 tokens would not fit: steps reach 98
+    assert cold_context(4, 9, 3, max_positions=14) is None  # neither fits
 
 
 def test_attention_scope_wraps_every_layer_and_changes_nothing(model):

@@ -42,20 +42,35 @@ def _attention_ms(share: dict) -> str:
     return f"{fmt(gpu, '.3g')} / {fmt(host, '.3g')}"
 
 
+def _p50_p99(q: dict | None) -> str:
+    q = q or {}
+    return "–" if not q else f"{fmt(q.get('p50'), '.3g')} / {fmt(q.get('p99'), '.3g')}"
+
+
+def _cold_step(share: dict | None) -> str:
+    """A cold profiled decode step: its wall time / the host time inside its attention calls (ms)."""
+    if not share:
+        return "–"
+    return f"{fmt(share.get('step_wall_ms'), '.3g')} / {fmt(share.get('attention_host_ms'), '.3g')}"
+
+
 def _static_rows(rows: list[dict], mode: str) -> list[list]:
+    """One table row per point; decode rows carry two more cells (see `static_head`)."""
     key = "usd_per_m_input" if mode == "prefill" else "usd_per_m_output"
     hkey = "gpu_hours_per_b_input" if mode == "prefill" else "gpu_hours_per_b_output"
+    decode = mode == "decode"
     out = []
     for r in rows:
         if r["status"] != "ok":
-            out.append([r["impl"], r["batch"], r["context"], r["status"], r["reason"] or ""] + ["–"] * 8)
+            out.append([r["impl"], r["batch"], r["context"], r["status"], r["reason"] or ""]
+                       + ["–"] * (10 if decode else 8))
             continue
         share = r.get("share") or {}
-        lat = fmt(r["step_ms"], ".3g") if mode == "prefill" else \
-            f"{fmt(r['itl_ms'].get('p50'), '.3g')} / {fmt(r['itl_ms'].get('p99'), '.3g')}"
         cost = r.get("cost") or {}
-        out.append([r["impl"], r["batch"], r["context"], f"{r['tokens_per_s']:,.0f}", lat,
-                    _pct(r.get("attention_share")), _attention_ms(share), _roles(share),
+        lat = [_p50_p99(r["itl_ms"]), _p50_p99(r.get("itl_repeat_ms"))] if decode else [fmt(r["step_ms"], ".3g")]
+        attn = [_attention_ms(share)] + ([_cold_step(r.get("cold_share"))] if decode else [])
+        out.append([r["impl"], r["batch"], r["context"], f"{r['tokens_per_s']:,.0f}", *lat,
+                    _pct(r.get("attention_share")), *attn, _roles(share),
                     _x(r.get("gain_over_eager")), _x(r.get("amdahl_predicted")), fmt(cost.get(key), ".3g"),
                     fmt(cost.get(hkey), ".3g"), fmt(r.get("peak_mib"), ".0f")])
     return out
@@ -81,6 +96,18 @@ def _stream_rows(rows: list[dict]) -> list[list]:
 STATIC_HEAD = ["impl", "batch", "context", "tokens/s", "{lat}", "attention share", "attention ms/step (GPU / host)",
                "attention kernels by role (ms)", "gain over eager", "Amdahl predicts", "$/1M {tok}",
                "GPU-h/1B {tok}", "peak MiB"]
+DECODE_LAT = ["ITL p50 / p99 ms, first pass", "ITL p50 / p99 ms, repeat pass"]
+COLD_STEP = "cold step ms (wall / attention host)"
+
+
+def static_head(mode: str) -> list[str]:
+    """The prefill / decode table's columns: decode times the first and the repeat pass and adds the cold step."""
+    if mode == "prefill":
+        return [h.format(lat="step ms", tok="input") for h in STATIC_HEAD]
+    head = [h.format(tok="output") for h in STATIC_HEAD if h != "{lat}"]
+    head[4:4] = DECODE_LAT
+    head.insert(head.index("attention ms/step (GPU / host)") + 1, COLD_STEP)
+    return head
 STREAM_HEAD = ["impl", "ran as", "completed", "failed", "output tok/s", "all tok/s", "TTFT p50 / p99 ms",
                "ITL p50 / p99 ms", "gain over eager", "$/1M output", "$/1M all", "GPU-h/1B output"]
 
@@ -96,13 +123,10 @@ def markdown(data: dict) -> str:
     rejected = [i for i in data["impls"] if i["reason"]]
     if rejected:
         lines += ["", "Not run: " + "; ".join(i["reason"] for i in rejected) + "."]
-    for mode, title, lat, tok in (("prefill", "Prefill: one forward over the prompt that fills the KV cache",
-                                   "step ms", "input"),
-                                  ("decode", "Decode: `generate` with the KV cache, timed from the first to the last "
-                                   "new token", "ITL p50 / p99 ms", "output")):
+    for mode, title in (("prefill", "Prefill: one forward over the prompt that fills the KV cache"),
+                        ("decode", "Decode: `generate` with the KV cache, timed from the first to the last new token")):
         if data[mode]:
-            head = [h.format(lat=lat, tok=tok) for h in STATIC_HEAD]
-            lines += ["", f"## {title}", "", md_table(head, _static_rows(data[mode], mode))]
+            lines += ["", f"## {title}", "", md_table(static_head(mode), _static_rows(data[mode], mode))]
     stream = data["continuous"]
     if stream["stream"]:
         s = stream["stream"]
@@ -133,6 +157,12 @@ def markdown(data: dict) -> str:
               "attention column also gives the host time spent inside the attention calls (under the profiler); "
               "when an implementation is slower than eager, the answer compares that host time, the GPU's busy "
               "time and the profiled step's wall time with eager's to say where the lost time went.",
+              "- Decode is timed twice with the same `generate` call: the first pass meets its KV lengths for the "
+              "first time (tokens/s, cost and gains come from it), the repeat pass meets them again. The attention "
+              "columns are profiled warm (KV lengths already seen); the cold step is profiled on a prompt whose KV "
+              "lengths this point had not used. A first pass much slower than the repeat, with a cold step whose "
+              "attention calls take far more host time than warm ones, is a cost paid once per new shape inside "
+              "attention.",
               "- Cost: price per GPU-hour ÷ tokens made in that hour. Prefill is charged to input tokens, decode and "
               "continuous batching to output tokens ($/1M all counts input + output, for comparison).",
               "", "## Provenance", "", "```",
@@ -205,11 +235,11 @@ def print_terminal(data: dict) -> None:
 
     from attnprof.report.render import out
 
-    for mode, lat, tok in (("prefill", "step ms", "input"), ("decode", "ITL p50 / p99 ms", "output")):
+    for mode in ("prefill", "decode"):
         if data[mode]:
             table = Table(title=f"{mode} ({data['model']['name']}, {data['model']['dtype']})")
-            for h in STATIC_HEAD:
-                table.add_column(h.format(lat=lat, tok=tok))
+            for h in static_head(mode):
+                table.add_column(h)
             for row in _static_rows(data[mode], mode):
                 table.add_row(*[str(c) for c in row])
             out.print(table)

@@ -9,7 +9,10 @@ predicted speed-up = 1 / (1 − share_eager · (1 − attention_time_impl / atte
 
 Prefill is one forward over `[B, S]` prompt tokens that builds the KV cache (logits for the last position only, as a
 server does). Decode is `model.generate` with the KV cache: tokens/s is counted from the output ids and timed between
-the first and the last new token, so the prefill is not in it.
+the first and the last new token, so the prefill is not in it. The same call is timed twice: the first pass meets
+its KV lengths for the first time (a backend that builds something per new shape, such as cuDNN's execution plan
+per sequence length, pays for it there), the repeat pass meets them again. Decode is profiled twice as well: warm
+steps over lengths already seen, and cold steps of a prompt whose KV lengths this point never used.
 """
 
 from __future__ import annotations
@@ -65,9 +68,14 @@ class Point:
     new_tokens: int = 0  # decode: tokens generated per sequence
     tokens: int = 0  # counted from the outputs
     seconds: float = 0.0  # the time those tokens took
-    step_ms: float = 0.0  # one forward step (prefill) or one decode step, median
-    itl_ms: dict[str, float] = field(default_factory=dict)  # decode: time between tokens, p50 / p99
-    share: Share | None = None
+    step_ms: float = 0.0  # one forward step (prefill) or one decode step (first pass), median
+    itl_ms: dict[str, float] = field(default_factory=dict)  # decode, first pass: time between tokens, p50 / p99
+    # decode, repeat pass: the identical `generate` again, over KV lengths the first pass already met
+    itl_repeat_ms: dict[str, float] = field(default_factory=dict)
+    share: Share | None = None  # profiled steps over shapes already seen (warm)
+    # decode: profiled steps of a `cold_context`-token prompt, whose KV lengths this point had not met before
+    cold_share: Share | None = None
+    cold_context: int | None = None
     peak_mib: float | None = None
 
     @property
@@ -87,8 +95,10 @@ class Point:
         return {"impl": self.impl, "mode": self.mode, "batch": self.batch, "context": self.context,
                 "status": self.status, "reason": self.reason, "new_tokens": self.new_tokens, "tokens": self.tokens,
                 "seconds": self.seconds, "tokens_per_s": self.tokens_per_s, "step_ms": self.step_ms,
-                "itl_ms": self.itl_ms, "attention_share": self.attention_share,
-                "share": self.share.to_json() if self.share else None, "peak_mib": self.peak_mib}
+                "itl_ms": self.itl_ms, "itl_repeat_ms": self.itl_repeat_ms, "attention_share": self.attention_share,
+                "share": self.share.to_json() if self.share else None,
+                "cold_share": self.cold_share.to_json() if self.cold_share else None,
+                "cold_context": self.cold_context, "peak_mib": self.peak_mib}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -363,30 +373,75 @@ class _TokenClock:
 
 def measure_decode(model, impl: str, *, batch: int, context: int, new_tokens: int, device: str, seed: int = 0,
                    share: bool = True) -> Point:
-    """`model.generate` (greedy, KV cache) of `new_tokens` per row after a `[batch, context]` prompt."""
+    """`model.generate` (greedy, KV cache) of `new_tokens` per row after a `[batch, context]` prompt.
+
+    After a 2-token warm-up (KV lengths `context`, `context + 1`) the call is timed twice with the same prompt: the
+    first pass meets KV lengths up to `context + new_tokens - 1` for the first time; tokens/s and `itl_ms` come from
+    it. The repeat pass (`itl_repeat_ms`) meets the same lengths again, so any cost paid once per new shape is gone
+    from it. With `share`, 3 warm decode steps (lengths already seen) and 3 cold ones (a prompt of `cold_context`
+    tokens: lengths this point never used) are profiled after the timing."""
     ids = _prompt(model.config, batch, context, device, seed)  # [B, S]
-    mask = torch.ones_like(ids)
-    kw = dict(attention_mask=mask, do_sample=False, pad_token_id=0, eos_token_id=None)
     try:
         _peak_reset(device)
         with torch.inference_mode():
-            model.generate(ids, max_new_tokens=2, min_new_tokens=2, **kw)  # warm-up, same shapes
-            clock = _TokenClock()
-            out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, streamer=clock, **kw)
+            _generate(model, ids, 2)  # warm-up, same prompt
+            first = _timed_decode(model, impl, ids, new_tokens)
             peak = _peak_mib(device)
-            generated = out[:, context:]  # [B, new]
-            if generated.shape != (batch, new_tokens) or len(clock.times) != new_tokens:
-                raise CheckFailed(f"decode {impl}: asked for {new_tokens} new tokens per row, got "
-                                  f"{tuple(generated.shape)} ({len(clock.times)} streamed)")
-            del out
-            prof = _decode_share(model, ids, device, kw) if share else None
+            repeat = _timed_decode(model, impl, ids, new_tokens)
+            prof = cold = cold_len = None
+            if share:
+                prof = _decode_share(model, ids, device)
+                cold_len = cold_context(context, new_tokens, DECODE_STEPS,
+                                        getattr(model.config, "max_position_embeddings", None))
+                if cold_len is not None:
+                    cold_ids = _prompt(model.config, batch, cold_len, device, seed)  # [B, S_cold]
+                    cold = _decode_share(model, cold_ids, device)
     except torch.OutOfMemoryError as exc:
         return _oom(impl, "decode", batch, context, exc, device, new_tokens)
-    gaps = [(b - a) * 1e3 for a, b in zip(clock.times, clock.times[1:], strict=False)]
-    tokens = int(generated.numel()) - batch  # the first new token is the prefill's: not timed as decode
+    gaps, again = _gaps_ms(first), _gaps_ms(repeat)
+    tokens = batch * new_tokens - batch  # the first new token is the prefill's: not timed as decode
     return Point(impl=impl, mode="decode", batch=batch, context=context, new_tokens=new_tokens, tokens=tokens,
-                 seconds=clock.times[-1] - clock.times[0], step_ms=percentile(gaps, 50),
-                 itl_ms={"p50": percentile(gaps, 50), "p99": percentile(gaps, 99)}, share=prof, peak_mib=peak)
+                 seconds=first[-1] - first[0], step_ms=percentile(gaps, 50),
+                 itl_ms={"p50": percentile(gaps, 50), "p99": percentile(gaps, 99)},
+                 itl_repeat_ms={"p50": percentile(again, 50), "p99": percentile(again, 99)},
+                 share=prof, cold_share=cold, cold_context=cold_len, peak_mib=peak)
+
+
+DECODE_STEPS = 3  # decode steps per profile
+
+
+def cold_context(context: int, new_tokens: int, steps: int, max_positions: int | None) -> int | None:
+    """A prompt length whose `steps` profiled decode steps meet KV lengths the point's earlier calls never did.
+
+    Those calls decoded over KV lengths `context + 1` … `context + new_tokens - 1`. Past them, `context + new_tokens +
+    1`, when the model allows the `steps + 1` tokens after it; else below the prompt, where the decode steps never went
+    (the prefill's query length differs from decode's, so its shapes are not these); None when neither fits."""
+    longer = context + new_tokens + 1
+    if not max_positions or longer + steps + 1 <= max_positions:
+        return longer
+    shorter = context - steps - 2  # its decode steps reach context - 1 at most
+    return shorter if shorter >= 1 else None
+
+
+def _generate(model, ids: torch.Tensor, new: int, streamer=None):
+    """Greedy `generate` of exactly `new` tokens per row after `ids` [B, S] (no padding)."""
+    return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                          do_sample=False, pad_token_id=0, eos_token_id=None, streamer=streamer)
+
+
+def _timed_decode(model, impl: str, ids: torch.Tensor, new_tokens: int) -> list[float]:
+    """One `generate` of `new_tokens`; the host time at which each new token arrived, checked against the output."""
+    clock = _TokenClock()
+    out = _generate(model, ids, new_tokens, streamer=clock)
+    generated = out[:, ids.shape[1]:]  # [B, new]
+    if generated.shape != (ids.shape[0], new_tokens) or len(clock.times) != new_tokens:
+        raise CheckFailed(f"decode {impl}: asked for {new_tokens} new tokens per row, got "
+                          f"{tuple(generated.shape)} ({len(clock.times)} streamed)")
+    return clock.times
+
+
+def _gaps_ms(times: list[float]) -> list[float]:
+    return [(b - a) * 1e3 for a, b in zip(times, times[1:], strict=False)]
 
 
 class _StepMarks:
@@ -416,12 +471,10 @@ class _StepMarks:
             self.open = None
 
 
-def _decode_share(model, ids: torch.Tensor, device: str, kw: dict, steps: int = 3) -> Share:
-    """Profile `steps` decode steps of a real `generate` call (the same arguments as the timed one)."""
+def _decode_share(model, ids: torch.Tensor, device: str, steps: int = DECODE_STEPS) -> Share:
+    """Profile `steps` decode steps of a real `generate` call after the prompt `ids` [B, S]."""
     marks = _StepMarks(steps)
-    return _profiled_share(
-        lambda: model.generate(ids, max_new_tokens=steps + 1, min_new_tokens=steps + 1, streamer=marks, **kw),
-        model, device, steps)
+    return _profiled_share(lambda: _generate(model, ids, steps + 1, streamer=marks), model, device, steps)
 
 
 def _cache_of(out):
