@@ -24,6 +24,8 @@ CASES = [  # (B, Hq, Hkv, Sq, Sk, D, dtype, causal)
     (2, 4, 1, 97, 300, 128, "fp16", True),
     (2, 4, 4, 300, 97, 64, "bf16", True),
     (1, 4, 4, 1, 777, 128, "bf16", True),
+    (2, 8, 2, 512, 1536, 128, "fp16", True),  # aligned, Sq < Sk, GQA: the Gluon program takes these two
+    (1, 8, 8, 2048, 2048, 64, "bf16", True),
 ]
 
 
@@ -42,7 +44,10 @@ def mod():
 PATHS = {"default": None, "ptr": dict(block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=False),
          "overlap": dict(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True, overlap=True),
          "overlap-ptr": dict(block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=False, overlap=True),
-         "poly-exp": dict(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True, poly_exp=True)}
+         "poly-exp": dict(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True, poly_exp=True),
+         "lazy": dict(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True, lazy_rescale=True),
+         "gluon": dict(block_m=64, block_n=64, num_warps=4, num_stages=3, gluon=True),
+         "gluon-8w": dict(block_m=128, block_n=128, num_warps=8, num_stages=2, gluon=True)}
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
@@ -58,6 +63,11 @@ def test_matches_oracle_within_twice_eager(mod, case, path):
         eager = eager.masked_fill(~inputs.valid.any(-1, keepdim=True), 0.0)
     q, k, v = (t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))  # -> [B, S, H, D]
     cfg = None if PATHS[path] is None else mod.Config(**PATHS[path])
+    if cfg is not None and cfg.gluon and (why := mod.gluon_unsupported(q, k, causal, cfg)):
+        with pytest.raises(ValueError, match="Gluon program"):  # refused with the reason, never run wrong
+            mod.attention(q, k, v, inputs.scale, causal, config=cfg)
+        assert sq % cfg.block_m or sk % cfg.block_n or (causal and sq > sk), why
+        return
     out = mod.attention(q, k, v, inputs.scale, causal, config=cfg).transpose(1, 2)
     err, base = rel_err(out, ref), rel_err(eager, ref)
     assert err <= 2 * base, f"kernel error {err:.3g} > 2 x eager {dtype} error {base:.3g}"

@@ -34,9 +34,10 @@ SHAPES = [  # (B, Hq, Hkv, Sq, Sk, D, causal): odd lengths, GQA, Sq != Sk both w
     (1, 4, 1, 129, 129, 128, False),
 ]
 CONFIGS = {"default": None, "tma-32x32": (32, 32, 4, 2, True), "ptr-64x32": (64, 32, 4, 2, False),
-           # (block_m, block_n, warps, stages, tma, warp_specialize, overlap, poly_exp)
+           # (block_m, block_n, warps, stages, tma, warp_specialize, overlap, poly_exp, lazy_rescale)
            "overlap-32x16": (32, 16, 4, 2, False, False, True),
-           "polyexp-32x32": (32, 32, 4, 2, False, False, False, True)}
+           "polyexp-32x32": (32, 32, 4, 2, False, False, False, True),
+           "lazy-32x16": (32, 16, 4, 2, False, False, False, False, True)}
 
 
 def shape_id(s) -> str:
@@ -108,6 +109,16 @@ def _child() -> dict:
     out = mod.attention(q, k, v, inputs.scale, False, config=mod.Config(32, 32, 4, 2, True)).transpose(1, 2)[:1]
     results["tma_neighbour_inf"] = {"finite": bool(out.isfinite().all()), "err": rel_err(out, ref),
                                     "eager": eager_err(first, ref)}
+    # lazy rescale: a key block late in the sequence whose scores jump far above the running max must still
+    # rescale (else exp2 of the stale-max scores overflows fp16); blocks before it take the skip branch
+    w = Workload(batch=1, heads=2, seq=32, kv_seq=96, head_dim=64, dtype="fp16", causal=False)
+    inputs = w.make_inputs(seed=9)
+    inputs.k[:, :, 64:80] *= 6.0
+    ref = reference_attention(inputs)
+    q, k, v = (t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))
+    out = mod.attention(q, k, v, inputs.scale, False, config=mod.Config(*CONFIGS["lazy-32x16"])).transpose(1, 2)
+    results["lazy_jump"] = {"finite": bool(out.isfinite().all()), "err": rel_err(out, ref),
+                            "eager": eager_err(inputs, ref)}
     results["transformers"] = _child_transformers(kernel_hub, rel_err)
     return results
 
@@ -172,6 +183,11 @@ def test_matches_oracle_within_twice_eager(interp, shape, cfg):
 def test_non_finite_values_in_the_next_batch_do_not_leak_through_a_tma_tile(interp):
     """A TMA tile past the end of batch 0's keys reads batch 1's first rows; their inf/NaN must not reach batch 0."""
     r = interp["tma_neighbour_inf"]
+    assert r["finite"] and r["err"] <= 2 * r["eager"], r
+
+
+def test_lazy_rescale_follows_a_max_that_jumps_late(interp):
+    r = interp["lazy_jump"]
     assert r["finite"] and r["err"] <= 2 * r["eager"], r
 
 

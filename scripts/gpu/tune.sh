@@ -5,7 +5,7 @@
 set -u
 dest="${OUT:-/tmp/out}/tune"; mkdir -p "$dest"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH}
-timeout 200 python3 kernels/flash-triton/tune.py --round "${ROUND:-3}" --budget-s "${TUNE_BUDGET:-150}" --out "$dest" \
+timeout "${TUNE_TIMEOUT:-200}" python3 kernels/flash-triton/tune.py --round "${ROUND:-3}" --budget-s "${TUNE_BUDGET:-150}" --out "$dest" \
   > "$dest/tune.log" 2>&1
 echo "tune exit=$?"
 grep -vE "^\s*$" "$dest/tune.log" | tail -50

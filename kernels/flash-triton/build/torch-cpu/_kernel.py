@@ -72,33 +72,55 @@ def _exp2_split(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY_EXP: tl.co
 def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, stride_ks, stride_vs,
             lo, hi, offs_m, diag, SK, qk_scale,
             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-            USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, BLOCK_M: tl.constexpr, POLY_EXP: tl.constexpr):
-    """Fold the key blocks [lo, hi) into (acc, l_i, m_i). `MASKED` applies the causal and Sk bounds."""
+            USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, BLOCK_M: tl.constexpr, POLY_EXP: tl.constexpr,
+            BOUNDED: tl.constexpr = False, LAZY_RESCALE: tl.constexpr = False):
+    """Fold the key blocks [lo, hi) into (acc, l_i, m_i). `MASKED` applies the causal mask, `BOUNDED` (masked
+    blocks only) also the end of Sk: only the one block that crosses Sk needs it."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = _load_kv(desc_k, k_base, kv_row0, kv_col, start_n, stride_ks, SK, BLOCK_N, HEAD_DIM, MASKED, USE_TMA)
+        k = _load_kv(desc_k, k_base, kv_row0, kv_col, start_n, stride_ks, SK, BLOCK_N, HEAD_DIM, BOUNDED, USE_TMA)
         qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) fp32
         if MASKED:
             cols = start_n + offs_n
-            keep = cols[None, :] < SK
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
+            if BOUNDED:
+                keep = cols[None, :] < SK
+                if CAUSAL:
+                    keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
+            else:
+                keep = cols[None, :] <= offs_m[:, None] + diag
             qk = tl.where(keep, qk * qk_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             # A row with nothing visible yet keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
             p = tl.math.exp2(qk - m_use[:, None])
             alpha = tl.math.exp2(m_i - m_use)
+        elif LAZY_RESCALE:
+            # FlashAttention-4's conditional rescale: keep a stale running max until some row's max grew by more
+            # than 8 (p <= 2^8 then, harmless in fp32 sums and bf16 probabilities), and skip `acc *= alpha`, the
+            # largest FMA-pipe item of the loop, on the blocks that don't move it. One block-wide max per block.
+            m_blk = tl.max(qk, 1) * qk_scale
+            if tl.max(m_blk - m_i, 0) > 8.0:
+                m_new = tl.maximum(m_i, m_blk)
+                alpha = tl.math.exp2(m_i - m_new)
+                acc = acc * alpha[:, None]
+                l_i = l_i * alpha
+                m_i = m_new
+            p = _exp2_split(qk * qk_scale - m_i[:, None], BLOCK_M, BLOCK_N, POLY_EXP)
+            m_new = m_i
+            alpha = tl.full([BLOCK_M], 1.0, tl.float32)
         else:
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             m_use = m_new
             p = _exp2_split(qk * qk_scale - m_new[:, None], BLOCK_M, BLOCK_N, POLY_EXP)
             alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = _load_kv(desc_v, v_base, kv_row0, kv_col, start_n, stride_vs, SK, BLOCK_N, HEAD_DIM, MASKED, USE_TMA)
-        if MASKED:
+        if LAZY_RESCALE and not MASKED:
+            l_i = l_i + tl.sum(p, 1)
+        else:
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None]
+        v = _load_kv(desc_v, v_base, kv_row0, kv_col, start_n, stride_vs, SK, BLOCK_N, HEAD_DIM, BOUNDED, USE_TMA)
+        if BOUNDED:
             if USE_TMA:  # rows past Sk are the next batch's: p is 0 there, but 0 * inf is NaN, so zero them
                 v = tl.where((start_n + offs_n)[:, None] < SK, v, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc)
@@ -147,7 +169,8 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
                   H, GROUPS, SQ, SK,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
-                  OVERLAP: tl.constexpr = False, POLY_EXP: tl.constexpr = False):
+                  OVERLAP: tl.constexpr = False, POLY_EXP: tl.constexpr = False,
+                  LAZY_RESCALE: tl.constexpr = False):
     """grid = (cdiv(Sq, BLOCK_M), B * H). Tensors `[B, S, H, D]`, last dim contiguous."""
     if CAUSAL:
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest tiles first
@@ -191,10 +214,17 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
     else:
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                                 stride_ks, stride_vs, 0, full, offs_m, diag, SK, qk_scale,
-                                BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, POLY_EXP)
+                                BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, POLY_EXP,
+                                False, LAZY_RESCALE)
+    # the masked blocks: the causal diagonal inside Sk, then the one block that crosses Sk (if Sk is ragged)
+    ragged = SK // BLOCK_N * BLOCK_N  # >= full
+    if CAUSAL:
+        acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
+                                stride_ks, stride_vs, full, tl.minimum(end, ragged), offs_m, diag, SK, qk_scale,
+                                BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, False)
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
-                            stride_ks, stride_vs, full, end, offs_m, diag, SK, qk_scale,
-                            BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False)
+                            stride_ks, stride_vs, ragged, end, offs_m, diag, SK, qk_scale,
+                            BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, True)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: acc is 0, output 0
     out = acc / l_safe[:, None]

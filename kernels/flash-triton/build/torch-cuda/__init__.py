@@ -21,8 +21,8 @@ import triton
 
 from ._kernel import attention_fwd
 
-__all__ = ["flash_attn_func", "attention", "Config", "default_config", "check_inputs", "SUPPORTED_HEAD_DIMS",
-           "SUPPORTED_DTYPES", "INTERPRETED"]
+__all__ = ["flash_attn_func", "attention", "Config", "default_config", "check_inputs", "gluon_unsupported",
+           "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "INTERPRETED"]
 
 SUPPORTED_HEAD_DIMS = (64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -42,10 +42,13 @@ class Config:
     warp_specialize: bool = False  # Triton's automatic producer/consumer warp split of the key loops
     overlap: bool = False  # the unmasked key loop pipelined by hand: next block's QKᵀ issued before this softmax
     poly_exp: bool = False  # half the unmasked exponentials as a polynomial on the FMA pipes (FlashAttention-4)
+    lazy_rescale: bool = False  # skip the accumulator rescale until a row max grew by > 8 (FlashAttention-4)
+    gluon: bool = False  # the hand-scheduled sm_90 program in `_gluon.py` (block_m = 16 * num_warps, TMA always)
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
-                + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else "") + (" px" if self.poly_exp else ""))
+                + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else "") + (" px" if self.poly_exp else "")
+                + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else ""))
 
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+.
@@ -62,6 +65,27 @@ def default_config(head_dim: int, device: torch.device) -> Config:
     if cfg.use_tma and not tma_ok:
         cfg = dataclasses.replace(cfg, use_tma=False)
     return cfg
+
+
+def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Config) -> str | None:
+    """None when the Gluon program (`_gluon.py`) can run these (already checked) inputs with `cfg`, else why not."""
+    if q.device.type != "cuda" or INTERPRETED:
+        return "the Gluon program needs a CUDA GPU (Gluon has no interpreter)"
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return f"the Gluon program uses wgmma, which only sm_90 has (this GPU is sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))})"
+    try:
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:
+        return f"Triton {triton.__version__} has no Gluon"
+    if cfg.block_m != 16 * cfg.num_warps:
+        return f"block_m must be 16 x num_warps (one warpgroup per 64 rows), got {cfg.block_m} with {cfg.num_warps} warps"
+    sq, sk = q.shape[1], k.shape[1]
+    if sq % cfg.block_m or sk % cfg.block_n:
+        return (f"the Gluon program needs Sq a multiple of {cfg.block_m} and Sk of {cfg.block_n} "
+                f"(got {sq}, {sk}): its TMA tiles never cross a sequence end")
+    if causal and sq > sk:
+        return f"the Gluon program needs Sq <= Sk when causal (got {sq} > {sk}): it has no rows that see no key"
+    return None
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
@@ -116,6 +140,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         return out.zero_()
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
     cfg = config or default_config(d, q.device)
+    if cfg.gluon:
+        reason = gluon_unsupported(q, k, causal, cfg)
+        if reason is not None:
+            raise ValueError(f"flash-triton: {cfg.label()}: {reason}")
+        _launch_gluon(q, k, v, out, scale, bool(causal), cfg)
+        return out
     if cfg.use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -135,9 +165,35 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         hq, hq // hkv, sq, sk,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma,
         WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
+        LAZY_RESCALE=cfg.lazy_rescale,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
+
+
+def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float, causal: bool,
+                  cfg: Config) -> None:
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from ._gluon import attention_fwd_sm90
+
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    element = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+
+    def desc(t: torch.Tensor, block: int) -> TensorDescriptor:  # the 2-D view [B*S, H*D], tiles [block, D]
+        rows, heads = t.shape[0] * t.shape[1], t.shape[2]
+        layout = gl.NVMMASharedLayout.get_default_for([block, d], element)
+        return TensorDescriptor(t, [rows, heads * d], [heads * d, 1], [block, d], layout)
+
+    grid = (sq // cfg.block_m, b * hq)
+    attention_fwd_sm90[grid](
+        desc(q, cfg.block_m), desc(k, cfg.block_n), desc(v, cfg.block_n), desc(out, cfg.block_m),
+        scale * math.log2(math.e), hq, hq // hkv, sq, sk,
+        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
+        num_warps=cfg.num_warps,
+    )
 
 
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,

@@ -1,0 +1,164 @@
+"""The Hopper path: the same attention forward written in Gluon (Triton's explicit dialect), FlashAttention-3 style.
+
+Why a second program: in the Triton kernel (`_kernel.py`) the compiler waits on each wgmma right where its result
+is used, so within one warpgroup the softmax of a key block never overlaps a matmul (TUNING.md, step 3 read the
+SASS: `WARPGROUP.DEPBAR.LE gsb0, 0x0` straight after every QKᵀ). Here the schedule is written out by hand:
+
+    S_j  = Q Kⱼᵀ              issued async
+    O   += P_{j-1} V_{j-1}    issued async, behind S_j
+    wait until only one wgmma is in flight      -> S_j is ready, P_{j-1} V_{j-1} may still run
+    softmax(S_j) -> P_j, alpha_j                 runs on the FMA/SFU pipes while the tensor cores do P V
+    wait for P_{j-1} V_{j-1}; O *= alpha_j; refill that K/V stage by TMA
+
+(FlashAttention-3's intra-warpgroup overlap; the softmax of block j overlaps the second matmul of block j-1).
+K/V stream through a ring of `STAGES` shared-memory buffers filled by TMA, one mbarrier per buffer and operand.
+
+Scope, checked by the caller (`gluon_supported`): sm_90, fp16/bf16, head dim 64/128, Sq a multiple of BLOCK_M,
+Sk a multiple of BLOCK_N, and for causal Sq <= Sk (every row then sees key 0, so no row is empty and no tile
+crosses into the next batch of the `[B*S, H*D]` TMA view). Everything else takes the Triton kernel.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+# Triton 3.6 (the H200's) names the TMA copies async_copy_*; later releases renamed them async_load / async_store.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # bar.sync of the whole CTA (renamed likewise)
+
+
+@gluon.jit
+def _scores(s, j, full, offs_m, offs_n, diag, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Key block j's raw scores with the causal mask applied when the block crosses the diagonal."""
+    if CAUSAL:
+        if j * BLOCK_N >= full:
+            cols = j * BLOCK_N + offs_n
+            s = gl.where(cols[None, :] <= offs_m[:, None] + diag, s, float("-inf"))
+    return s
+
+
+@gluon.jit
+def _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, block, kv_row, kv_col, pred,
+             BLOCK_N: gl.constexpr):
+    """TMA loads of key block `block` into ring buffer `slot` (no-ops when `pred` is false)."""
+    mbarrier.expect(k_bar.index(slot), desc_k.block_type.nbytes, pred=pred)
+    _tma_load(desc_k, [kv_row + block * BLOCK_N, kv_col], k_bar.index(slot),
+                                    k_smem.index(slot), pred=pred)
+    mbarrier.expect(v_bar.index(slot), desc_v.block_type.nbytes, pred=pred)
+    _tma_load(desc_v, [kv_row + block * BLOCK_N, kv_col], v_bar.index(slot),
+                                    v_smem.index(slot), pred=pred)
+
+
+@gluon.jit
+def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK,
+                       HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+    """grid = (Sq / BLOCK_M, B * H); BLOCK_M = 16 * num_warps (one warpgroup per 64 rows)."""
+    dtype: gl.constexpr = desc_q.dtype
+    if CAUSAL:
+        start_m = gl.num_programs(0) - 1 - gl.program_id(0)  # heaviest tiles first
+    else:
+        start_m = gl.program_id(0)
+    off_bh = gl.program_id(1)
+    b = off_bh // H
+    h = off_bh % H
+    hk = h // GROUPS  # GQA
+    m0 = start_m * BLOCK_M
+    q_row = b * SQ + m0
+    kv_row = b * SK
+    q_col = h * HEAD_DIM
+    kv_col = hk * HEAD_DIM
+
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_DIM], desc_q.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bar.index(i), count=1)
+        mbarrier.init(v_bar.index(i), count=1)
+
+    diag = SK - SQ  # bottom-right causal: row i sees keys j <= i + diag
+    if CAUSAL:
+        end = gl.minimum(m0 + BLOCK_M + diag, SK)
+        full = gl.minimum(m0 + diag + 1, SK) // BLOCK_N * BLOCK_N  # blocks below: no mask needed
+    else:
+        end = SK
+        full = SK
+    n_blocks = gl.cdiv(end, BLOCK_N)
+
+    mbarrier.expect(q_bar, desc_q.block_type.nbytes)
+    _tma_load(desc_q, [q_row, q_col], q_bar, q_smem)
+    for i in gl.static_range(STAGES):
+        _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, i, i, kv_row, kv_col, i < n_blocks, BLOCK_N)
+
+    offs_m = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+
+    # block 0: scores, then the first softmax (no running state to rescale yet)
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(k_bar.index(0), 0)
+    s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s])
+    s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
+    m_i = gl.max(s, axis=1) * qk_scale
+    p = gl.exp2(s * qk_scale - m_i[:, None])
+    l_i = gl.sum(p, axis=1)
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+
+    for j in range(1, n_blocks):
+        slot = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(k_bar.index(slot), (j // STAGES) & 1)
+        s = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
+        s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+        p = gl.exp2(s * qk_scale - m_new[:, None])
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        m_i = m_new
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        if num_warps > 4:  # another warpgroup may still read this stage
+            _cta_barrier()
+        nxt = j - 1 + STAGES
+        _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, prev, nxt, kv_row, kv_col, nxt < n_blocks, BLOCK_N)
+
+    last = (n_blocks - 1) % STAGES
+    mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+
+    mbarrier.invalidate(q_bar)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(k_bar.index(i))
+        mbarrier.invalidate(v_bar.index(i))
+    out = acc / gl.convert_layout(l_i, rows_o)[:, None]
+    q_smem.store(out.to(dtype))  # Q's buffer is free: every QKᵀ has completed
+    fence_async_shared()
+    _tma_store(desc_o, [q_row, q_col], q_smem)
+    tma.store_wait(0)

@@ -1,0 +1,78 @@
+"""flash-triton's Gluon program (`_gluon.py`, sm_90 only) checked without a GPU: Triton compiles it ahead of time for
+sm_90 here, and the machine code must keep the schedule the program exists for. Its numerics run on the GPU
+(`tests/test_kernel_cuda.py`, paths `gluon*`); Gluon has no interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+gluon = pytest.importorskip("triton.experimental.gluon")
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+
+SOURCE = Path(__file__).resolve().parents[1] / "kernels" / "flash-triton" / "torch-ext" / "flash_triton" / "_gluon.py"
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+SMEM_PER_SM = 227 * 1024  # H100/H200: the most one CTA may allocate
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("flash_triton_gluon", SOURCE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _source(fn, sig, const):
+    try:
+        from triton.experimental.gluon._runtime import GluonASTSource as Source
+    except ImportError:  # pragma: no cover - older layouts of the package
+        from triton.compiler import ASTSource as Source
+    names = fn.arg_names
+    return Source(fn, sig, {(names.index(k),): v for k, v in const.items()})
+
+
+def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path):
+    fn = _module().attention_fwd_sm90
+
+    def desc(rows: int) -> str:
+        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], gl.bfloat16)
+        return f"tensordesc<bf16[{rows}, {head_dim}],{layout!r}>"
+
+    sig = {n: "i32" for n in fn.arg_names}
+    sig.update(desc_q=desc(block_m), desc_o=desc(block_m), desc_k=desc(block_n), desc_v=desc(block_n),
+               qk_scale="fp32")
+    const = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal,
+                 num_warps=warps)
+    sig.update({k: "constexpr" for k in const})
+    kernel = triton.compile(_source(fn, sig, const), target=GPUTarget("cuda", 90, 32),
+                            options=dict(num_warps=warps))
+    cubin = tmp / "k.cubin"
+    cubin.write_bytes(kernel.asm["cubin"])
+    sass = subprocess.run([str(BIN / "nvdisasm"), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    usage = subprocess.run([str(BIN / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
+                           text=True, check=True).stdout
+    return kernel, sass, usage
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 128, 4, 3, True), (128, 128, 128, 8, 2, True), (64, 128, 64, 4, 2, False)],
+                         ids=lambda s: f"{s[0]}x{s[1]}-d{s[2]}-w{s[3]}-s{s[4]}-{'causal' if s[5] else 'full'}")
+def test_compiles_for_sm90_with_the_softmax_under_the_second_matmul(shape, tmp_path):
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    kernel, sass, usage = compile_sm90(*shape, tmp_path)
+    # The point of the program: S_j is waited for while P_{j-1} V_{j-1} is still in flight (one group
+    # outstanding), so the softmax of block j runs under that matmul. Triton's own kernel only ever waits for 0.
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass
+    assert sass.count("HGMMA") >= 3  # QKᵀ of block 0, QKᵀ and PV in the loop, PV of the last block
+    regs = int(re.search(r"REG:(\d+)", usage).group(1))
+    local = int(re.search(r"LOCAL:(\d+)", usage).group(1))
+    assert local == 0, f"register spills ({regs} registers, {local} bytes of local memory)"
+    assert kernel.metadata.shared <= SMEM_PER_SM
