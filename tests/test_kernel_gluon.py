@@ -20,7 +20,7 @@ from triton.experimental.gluon import language as gl  # noqa: E402
 
 SOURCE = Path(__file__).resolve().parents[1] / "kernels" / "flash-triton" / "torch-ext" / "flash_triton" / "_gluon.py"
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-SMEM_PER_SM = 227 * 1024  # H100/H200: the most one CTA may allocate
+SMEM_PER_SM = 232448  # H100/H200: the most shared memory one CTA may allocate (227 KiB)
 
 
 def _module():
@@ -39,15 +39,17 @@ def _source(fn, sig, const):
     return Source(fn, sig, {(names.index(k),): v for k, v in const.items()})
 
 
-def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path):
-    fn = _module().attention_fwd_sm90
+def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
+                 ws: bool = False):
+    fn = _module().attention_fwd_sm90_ws if ws else _module().attention_fwd_sm90
+    q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
 
     def desc(rows: int) -> str:
         layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], gl.bfloat16)
         return f"tensordesc<bf16[{rows}, {head_dim}],{layout!r}>"
 
     sig = {n: "i32" for n in fn.arg_names}
-    sig.update(desc_q=desc(block_m), desc_o=desc(block_m), desc_k=desc(block_n), desc_v=desc(block_n),
+    sig.update(desc_q=desc(q_rows), desc_o=desc(q_rows), desc_k=desc(block_n), desc_v=desc(block_n),
                qk_scale="fp32")
     const = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal,
                  num_warps=warps)
@@ -75,4 +77,20 @@ def test_compiles_for_sm90_with_the_softmax_under_the_second_matmul(shape, tmp_p
     regs = int(re.search(r"REG:(\d+)", usage).group(1))
     local = int(re.search(r"LOCAL:(\d+)", usage).group(1))
     assert local == 0, f"register spills ({regs} registers, {local} bytes of local memory)"
+    assert kernel.metadata.shared <= SMEM_PER_SM
+
+
+@pytest.mark.parametrize("shape", [(128, 64, 128, 4, 3, True), (128, 128, 128, 4, 2, True), (128, 128, 64, 4, 2, False)],
+                         ids=lambda s: f"{s[0]}x{s[1]}-d{s[2]}-s{s[4]}-{'causal' if s[5] else 'full'}")
+def test_warp_specialized_form_compiles_with_register_handoff_and_no_spills(shape, tmp_path):
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    kernel, sass, usage = compile_sm90(*shape, tmp_path, ws=True)
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass  # each consumer keeps the in-warpgroup overlap
+    assert "USETMAXREG" in sass  # the producer warp gives its registers to the consumers (setmaxnreg)
+    # the consumers' loop synchronizes per warpgroup (named barrier of 128 threads), never the whole CTA
+    assert re.search(r"BAR\.SYNC\.DEFER_BLOCKING 0x[1-9a-f], 0x80", sass)
+    stack = int(re.search(r"STACK:(\d+)", usage).group(1))
+    local = int(re.search(r"LOCAL:(\d+)", usage).group(1))
+    assert stack == 0 and local == 0, f"register spills: {usage.strip()}"
     assert kernel.metadata.shared <= SMEM_PER_SM

@@ -43,7 +43,8 @@ class Config:
     overlap: bool = False  # the unmasked key loop pipelined by hand: next block's QKᵀ issued before this softmax
     poly_exp: bool = False  # half the unmasked exponentials as a polynomial on the FMA pipes (FlashAttention-4)
     lazy_rescale: bool = False  # skip the accumulator rescale until a row max grew by > 8 (FlashAttention-4)
-    gluon: bool = False  # the hand-scheduled sm_90 program in `_gluon.py` (block_m = 16 * num_warps, TMA always)
+    gluon: bool = False  # the hand-scheduled sm_90 program in `_gluon.py` (block_m = 16 * num_warps, TMA always);
+    # with warp_specialize: its two-consumer-warpgroup form (block_m 128, num_warps 4, plus a TMA producer warp)
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
@@ -77,7 +78,10 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
         import triton.experimental.gluon  # noqa: F401
     except ImportError:
         return f"Triton {triton.__version__} has no Gluon"
-    if cfg.block_m != 16 * cfg.num_warps:
+    if cfg.warp_specialize and (cfg.block_m, cfg.num_warps) != (128, 4):
+        return (f"the warp-specialized Gluon program takes block_m 128 with num_warps 4 (two consumer warpgroups of "
+                f"64 rows and a producer warp), got {cfg.block_m} with {cfg.num_warps} warps")
+    if not cfg.warp_specialize and cfg.block_m != 16 * cfg.num_warps:
         return f"block_m must be 16 x num_warps (one warpgroup per 64 rows), got {cfg.block_m} with {cfg.num_warps} warps"
     sq, sk = q.shape[1], k.shape[1]
     if sq % cfg.block_m or sk % cfg.block_n:
@@ -176,7 +180,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from ._gluon import attention_fwd_sm90
+    from ._gluon import attention_fwd_sm90, attention_fwd_sm90_ws
 
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
@@ -187,9 +191,11 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         layout = gl.NVMMASharedLayout.get_default_for([block, d], element)
         return TensorDescriptor(t, [rows, heads * d], [heads * d, 1], [block, d], layout)
 
+    program = attention_fwd_sm90_ws if cfg.warp_specialize else attention_fwd_sm90
+    q_rows = cfg.block_m // 2 if cfg.warp_specialize else cfg.block_m  # each consumer warpgroup loads its half
     grid = (sq // cfg.block_m, b * hq)
-    attention_fwd_sm90[grid](
-        desc(q, cfg.block_m), desc(k, cfg.block_n), desc(v, cfg.block_n), desc(out, cfg.block_m),
+    program[grid](
+        desc(q, q_rows), desc(k, cfg.block_n), desc(v, cfg.block_n), desc(out, q_rows),
         scale * math.log2(math.e), hq, hq // hkv, sq, sk,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
         num_warps=cfg.num_warps,

@@ -162,3 +162,141 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
     fence_async_shared()
     _tma_store(desc_o, [q_row, q_col], q_smem)
     tma.store_wait(0)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Warp-specialized form: a 128-row Q tile split between two independent consumer warpgroups that share every K/V
+# stage (half the shared-memory traffic per row of the 64-row program) and a one-warp TMA producer. The consumers
+# synchronize only through mbarriers (no CTA-wide barrier in their loop), so they drift apart and one's softmax
+# runs under the other's matmuls, as two 64-row CTAs on one SM do, but from one K/V load.
+# -----------------------------------------------------------------------------------------------------------------
+@gluon.jit
+def _ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
+                 q_row, kv_row, q_col, kv_col, n_blocks,
+                 HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    mbarrier.expect(q_bar, 2 * desc_q.block_type.nbytes)
+    _tma_load(desc_q, [q_row, q_col], q_bar, q_smem.index(0))
+    _tma_load(desc_q, [q_row + HALF_M, q_col], q_bar, q_smem.index(1))
+    for j in range(n_blocks):
+        slot = j % STAGES
+        if j >= STAGES:  # both consumers are done with the block that used this stage last
+            mbarrier.wait(kv_empty.index(slot), ((j // STAGES) - 1) & 1)
+        _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, j, kv_row, kv_col, True, BLOCK_N)
+
+
+@gluon.jit
+def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, qk_scale,
+                 o_row, q_col, m0, diag, n_blocks,
+                 HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                 CAUSAL: gl.constexpr):
+    """64 rows of the tile (rows m0 ...), one warpgroup: the schedule of `attention_fwd_sm90`, with the stage
+    released to the producer (`kv_empty`) instead of refilled. Both halves walk the same `n_blocks` (the lower
+    half's last blocks are fully masked for the upper half: probabilities 0, running max unchanged)."""
+    dtype: gl.constexpr = q_tile.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    if CAUSAL:
+        full = gl.minimum(m0 + diag + 1, n_blocks * BLOCK_N) // BLOCK_N * BLOCK_N
+    else:
+        full = n_blocks * BLOCK_N
+    offs_m = m0 + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    zero_s = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
+
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(k_bar.index(0), 0)
+    s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s])
+    s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
+    m_i = gl.max(s, axis=1) * qk_scale
+    p = gl.exp2(s * qk_scale - m_i[:, None])
+    l_i = gl.sum(p, axis=1)
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
+
+    for j in range(1, n_blocks):
+        slot = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(k_bar.index(slot), (j // STAGES) & 1)
+        s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        s = warpgroup_mma_wait(1, deps=[s])
+        s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+        p = gl.exp2(s * qk_scale - m_new[:, None])
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        m_i = m_new
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(kv_empty.index(prev), count=1)  # this warpgroup is done with block j-1's stage
+        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+
+    last = (n_blocks - 1) % STAGES
+    mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    out = acc / gl.convert_layout(l_i, rows_o)[:, None]
+    q_tile.store(out.to(dtype))  # this half's Q buffer is free: all its QKᵀ are done
+    fence_async_shared()
+    _tma_store(desc_o, [o_row, q_col], q_tile)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK,
+                          HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                          STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+    """grid = (Sq / BLOCK_M, B * H); BLOCK_M = 128 (two consumer warpgroups of 64 rows), num_warps = 4 (the default
+    partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows."""
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    dtype: gl.constexpr = desc_q.dtype
+    if CAUSAL:
+        start_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        start_m = gl.program_id(0)
+    off_bh = gl.program_id(1)
+    b = off_bh // H
+    h = off_bh % H
+    hk = h // GROUPS
+    m0 = start_m * BLOCK_M
+    q_row = b * SQ + m0
+    kv_row = b * SK
+    q_col = h * HEAD_DIM
+    kv_col = hk * HEAD_DIM
+    diag = SK - SQ
+    if CAUSAL:
+        end = gl.minimum(m0 + BLOCK_M + diag, SK)
+    else:
+        end = SK
+    n_blocks = gl.cdiv(end, BLOCK_N)
+    # setmaxnreg budget (64K registers, 3 warpgroups): the consumers take what the producer warp does not need
+    CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 else 168
+
+    q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_DIM], desc_q.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bar.index(i), count=1)
+        mbarrier.init(v_bar.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=2)  # one arrival per consumer warpgroup
+
+    gl.warp_specialize([
+        (_ws_consumer, (desc_o, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, qk_scale,
+                        q_row, q_col, m0, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL)),
+        (_ws_consumer, (desc_o, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, qk_scale,
+                        q_row + HALF_M, q_col, m0 + HALF_M, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
+                        CAUSAL)),
+        (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
+                        q_row, kv_row, q_col, kv_col, n_blocks, HALF_M, BLOCK_N, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 24])
