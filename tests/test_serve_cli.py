@@ -27,10 +27,15 @@ def _run(capsys, tmp_path, *extra):
     return code, last, data
 
 
-def test_prefill_mode(capsys, tmp_path):
+def test_prefill_mode(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_CUDNN_SDPA_AVOID_RECOMPILE", "1")  # a knob that changes SDPA: must be on record
+    monkeypatch.setenv("ATTNPROF_UNRELATED_KNOB", "x")
     code, last, data = _run(capsys, tmp_path, "--mode", "prefill", "--batch", "1,2", "--context", "24", "--reps", "2")
     assert code == 0 and last["schema"] == data["schema"] == "attnprof.serve/1"
     assert data["provenance"]["device_kind"] == "cpu" and data["provenance"]["seed"] == 0
+    assert data["provenance"]["env"].get("TORCH_CUDNN_SDPA_AVOID_RECOMPILE") == "1"
+    assert "ATTNPROF_UNRELATED_KNOB" not in data["provenance"]["env"]
+    assert "`TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1`" in (tmp_path / "serve.md").read_text()
     rows = data["prefill"]
     assert [(r["impl"], r["batch"]) for r in rows] == [("eager", 1), ("eager", 2), ("sdpa", 1), ("sdpa", 2)]
     assert [r["tokens"] for r in rows] == [24, 48, 24, 48]

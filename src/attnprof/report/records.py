@@ -65,6 +65,22 @@ def device_name(device: str) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
+# Environment variables that change what attention does or how it is timed: recorded whenever set.
+_ENV_PREFIXES = ("TORCH_CUDNN", "TORCH_SDPA", "TORCHINDUCTOR_", "PYTORCH_", "TRITON_", "CUDA_LAUNCH_BLOCKING",
+                 "CUBLAS_", "NVIDIA_TF32_OVERRIDE", "LOCAL_KERNELS")
+
+
+def attention_env() -> dict[str, str]:
+    """The set environment variables among `_ENV_PREFIXES` (e.g. TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
+
+
+def env_note(prov: dict[str, Any]) -> str:
+    """One markdown line naming the recorded environment, or "" when nothing relevant was set."""
+    env = prov.get("env") or {}
+    return ("Environment: " + ", ".join(f"`{k}={v}`" for k, v in env.items()) + ".") if env else ""
+
+
 def provenance(device: str, seed: int | None = None, argv: list[str] | None = None) -> dict[str, Any]:
     """The block that travels with every number."""
     cuda = device.startswith("cuda") and torch.cuda.is_available()
@@ -81,6 +97,7 @@ def provenance(device: str, seed: int | None = None, argv: list[str] | None = No
         "git_sha": _git_sha(),
         "seed": seed,
         "argv": _command_line(argv),
+        "env": attention_env(),
         "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     if cuda:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from attnprof.report.records import env_note
 from attnprof.report.render import fmt, md_escape, md_table, out
 from attnprof.stages import StageResult, deltas, dispatch_lines
 
@@ -61,8 +62,10 @@ def markdown(results: list[StageResult], workload_label: str, note: str, command
     parts = [f"# attnprof stages — {workload_label}", "",
              f"Made by `{command}` on {provenance['device']} (torch {provenance['torch']}, CUDA {provenance['cuda']}, "
              f"cuDNN {provenance['cudnn']}, Triton {provenance['triton']}, git {provenance['git_sha']}, "
-             f"seed {provenance['seed']}).", "", note, "",
-             md_table(HEADERS, [_row(r) for r in results]), ""]
+             f"seed {provenance['seed']}).", "", note, ""]
+    if env_note(provenance):
+        parts += [env_note(provenance), ""]
+    parts += [md_table(HEADERS, [_row(r) for r in results]), ""]
     for r in results:
         if r.status != "ok":
             continue

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from attnprof.report.records import write_atomic
+from attnprof.report.records import env_note, write_atomic
 from attnprof.report.render import fmt, md_table
 
 
@@ -120,6 +120,8 @@ def markdown(data: dict) -> str:
              f"Model: {m['name']}, {_count(m['params'])} parameters, {m['layers']} layers, {m['heads']} query / "
              f"{m['kv_heads']} KV heads of dim {m['head_dim']}, {m['dtype']}, {m['weights']}.  ",
              f"Price: ${data['gpu_hour_price']:.2f} per GPU-hour ({data['price_note']})."]
+    if env_note(prov):
+        lines += ["", env_note(prov)]
     rejected = [i for i in data["impls"] if i["reason"]]
     if rejected:
         lines += ["", "Not run: " + "; ".join(i["reason"] for i in rejected) + "."]
