@@ -31,7 +31,7 @@ from attnprof.variants import VARIANTS, kernel_hub
 from attnprof.workload import Inputs, Workload
 
 SCHEMA = "attnprof.kernel-bench/1"
-IMPLS = ("sdpa", "sdpa-flash", "flex", "kernel")
+IMPLS = ("sdpa", "sdpa-flash", "flex", "kernel", "kernel-triton")
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 
 
@@ -42,11 +42,33 @@ def bshd_storage(inputs: Inputs) -> Inputs:
     return dataclasses.replace(inputs, q=view(inputs.q), k=view(inputs.k), v=view(inputs.v))
 
 
+def own_kernel():
+    """Our kernel module when the loaded kernel is flash-triton (it exposes `choose_config`), else None."""
+    mod = kernel_hub.load()
+    return mod if hasattr(mod, "choose_config") and hasattr(mod, "default_config") else None
+
+
+def triton_path(mod):
+    """flash-triton forced onto its Triton program (`default_config`): the row that shows what the Gluon one adds."""
+    def run(inputs: Inputs) -> torch.Tensor:
+        q, k, v = (t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v))  # views -> contiguous [B, S, H, D]
+        cfg = mod.default_config(q.shape[-1], q.device)
+        return mod.attention(q, k, v, inputs.scale, inputs.causal, config=cfg).transpose(1, 2)
+    return run
+
+
 def run_cell(w: Workload, impls: list[str], reps: int) -> dict[str, dict]:
     """Warm every implementation first (compiles, clocks), then time each on the same input values."""
     inputs = w.make_inputs(seed=0)
     ready, results = {}, {}
+    mod = own_kernel()
     for impl in impls:
+        if impl == "kernel-triton":
+            if mod is None:
+                continue
+            own = bshd_storage(inputs)
+            ready[impl] = (triton_path(mod), own, triton_path(mod)(own))
+            continue
         variant = VARIANTS[impl]
         verdict = variant.supports(w)
         if not verdict.ok:
@@ -62,10 +84,14 @@ def run_cell(w: Workload, impls: list[str], reps: int) -> dict[str, dict]:
             continue
         ready[impl] = (variant, own, out)
     for impl, (variant, own, out) in ready.items():
-        timing = time_call(lambda: variant(own), w.device, warmup=10, reps=reps)
+        timing = time_call(lambda variant=variant, own=own: variant(own), w.device, warmup=10, reps=reps)
         results[impl] = {"status": "ok", "ms": timing.p50, "p20": timing.p20, "p80": timing.p80,
                          "tflops": tflops(w, timing.p50 * 1e-3), "out": out}
-    return {impl: results[impl] for impl in impls}
+    if mod is not None and "kernel" in results:  # which of flash-triton's programs `kernel` ran
+        q, k = (t.transpose(1, 2) for t in (ready["kernel"][1].q, ready["kernel"][1].k)) if "kernel" in ready else (None, None)
+        if q is not None:
+            results["kernel"]["config"] = mod.choose_config(q, k, w.causal).label()
+    return {impl: results[impl] for impl in impls if impl in results}
 
 
 def main() -> int:
@@ -125,7 +151,9 @@ def render(rows: list[dict], ceiling: float, command: str, prov: dict, kernel: s
              f"torch {prov['torch']}, CUDA {prov['cuda']}, cuDNN {prov['cudnn']}, Triton {prov['triton']}, "
              f"kernels {prov['kernels']}, git {prov['git_sha']}, {prov['time_utc']}. `kernel` = {kernel}.",
              f"Causal bf16, 16 heads, B·S = 16k tokens; TFLOP/s = 4·B·H·S²·D/2 over the median of the timed calls; "
-             f"ceiling = bf16 8192³ matmul measured in this run: **{ceiling:.0f} TFLOP/s**.", ""]
+             f"ceiling = bf16 8192³ matmul measured in this run: **{ceiling:.0f} TFLOP/s**. "
+             "`kernel (…)` names the flash-triton program `flash_attn_func` chose; `kernel-triton` is the same kernel "
+             "forced onto its Triton program.", ""]
     for d in sorted({r["head_dim"] for r in rows}, reverse=True):
         lines += [f"## head dim {d}", "",
                   "| S | B | impl | ms (p50) | TFLOP/s | × SDPA auto | × matmul | rel. diff vs SDPA |",
@@ -135,7 +163,8 @@ def render(rows: list[dict], ceiling: float, command: str, prov: dict, kernel: s
                 lines.append(f"| {r['seq']} | {r['batch']} | {r['impl']} | {r['status']}: {r['reason'][:80]} | | | | |")
                 continue
             diff = f"{r['rel_diff_vs_sdpa']:.1e}" if "rel_diff_vs_sdpa" in r else ""
-            lines.append(f"| {r['seq']} | {r['batch']} | {r['impl']} | {r['ms']:.3f} | {r['tflops']:.0f} | "
+            impl = f"{r['impl']} ({r['config']})" if r.get("config") else r["impl"]
+            lines.append(f"| {r['seq']} | {r['batch']} | {impl} | {r['ms']:.3f} | {r['tflops']:.0f} | "
                          f"{r['vs_sdpa']:.2f} | {r['vs_matmul']:.2f} | {diff} |")
         lines.append("")
     return "\n".join(lines)

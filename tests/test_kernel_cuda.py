@@ -100,3 +100,14 @@ def test_non_finite_values_in_the_next_batch_do_not_leak_through_a_tma_tile(mod)
     out = mod.attention(q, k, v, inputs.scale, False).transpose(1, 2)[:1]
     assert out.isfinite().all()
     assert rel_err(out, ref) <= 2 * rel_err(naive_attention(first).double(), ref)
+
+
+def test_default_dispatch_takes_the_gluon_program_where_it_runs(mod):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon program is sm_90 only")
+    q = torch.empty(1, 2048, 8, 128, device="cuda", dtype=torch.bfloat16)
+    assert mod.choose_config(q, q, True).label() == "128x128 w4 s3 tma ws gluon"
+    ragged = q[:, :1000].contiguous()
+    assert not mod.choose_config(ragged, ragged, True).gluon  # Sk not a multiple of 128: the Triton program
+    short64 = torch.empty(1, 2048, 8, 64, device="cuda", dtype=torch.bfloat16)
+    assert not mod.choose_config(short64, short64, True).gluon  # head dim 64 below 8k keys: Triton measured faster

@@ -119,6 +119,15 @@ def _child() -> dict:
     out = mod.attention(q, k, v, inputs.scale, False, config=mod.Config(*CONFIGS["lazy-32x16"])).transpose(1, 2)
     results["lazy_jump"] = {"finite": bool(out.isfinite().all()), "err": rel_err(out, ref),
                             "eager": eager_err(inputs, ref)}
+    # the Gluon program has no interpreter: never chosen here, and refused with the reason when asked for
+    q, k = (t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k))
+    ws = mod.Config(128, 128, 4, 3, gluon=True, warp_specialize=True)
+    try:
+        mod.attention(q, k, k, None, False, config=ws)
+        refused = ""
+    except ValueError as e:
+        refused = str(e)
+    results["gluon_on_cpu"] = {"chosen": mod.choose_config(q, k, False).label(), "refused": refused}
     results["transformers"] = _child_transformers(kernel_hub, rel_err)
     return results
 
@@ -189,6 +198,12 @@ def test_non_finite_values_in_the_next_batch_do_not_leak_through_a_tma_tile(inte
 def test_lazy_rescale_follows_a_max_that_jumps_late(interp):
     r = interp["lazy_jump"]
     assert r["finite"] and r["err"] <= 2 * r["eager"], r
+
+
+def test_gluon_program_is_never_chosen_on_the_cpu_and_refused_when_asked(interp):
+    r = interp["gluon_on_cpu"]
+    assert "gluon" not in r["chosen"]
+    assert "needs a CUDA GPU" in r["refused"] and "ws gluon" in r["refused"], r
 
 
 def test_softmax_scale_is_used(interp):

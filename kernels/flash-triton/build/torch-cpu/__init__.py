@@ -21,7 +21,7 @@ import triton
 
 from ._kernel import attention_fwd
 
-__all__ = ["flash_attn_func", "attention", "Config", "default_config", "check_inputs", "gluon_unsupported",
+__all__ = ["flash_attn_func", "attention", "Config", "default_config", "choose_config", "check_inputs", "gluon_unsupported",
            "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "INTERPRETED"]
 
 SUPPORTED_HEAD_DIMS = (64, 128)
@@ -59,8 +59,25 @@ _TUNED = {
 }
 
 
+# The warp-specialized Gluon program where it runs (sm_90, aligned lengths) and measured faster than the Triton
+# program (TUNING.md step 6): head dim 128 at every length; head dim 64 only for long keys (it loses at 1k-4k).
+_GLUON = {64: Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True),
+          128: Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)}
+_GLUON_MIN_SK = {64: 8192, 128: 0}
+
+
+def choose_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> Config:
+    """The config `flash_attn_func` launches for these inputs: the Gluon program when it takes them and is the faster
+    one at this head dim and length, else the tuned Triton program (`default_config`)."""
+    d = q.shape[-1]
+    gluon = _GLUON[d]
+    if k.shape[1] >= _GLUON_MIN_SK[d] and gluon_unsupported(q, k, causal, gluon) is None:
+        return gluon
+    return default_config(d, q.device)
+
+
 def default_config(head_dim: int, device: torch.device) -> Config:
-    """The tuned config for this head dim; pointer loads where TMA is unavailable (pre-Hopper, interpreter)."""
+    """The tuned Triton config for this head dim; pointer loads where TMA is unavailable (pre-Hopper, interpreter)."""
     cfg = _TUNED[head_dim]
     tma_ok = (device.type == "cuda" and not INTERPRETED and torch.cuda.get_device_capability(device)[0] >= 9)
     if cfg.use_tma and not tma_ok:
@@ -143,7 +160,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     if sk == 0:
         return out.zero_()
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
-    cfg = config or default_config(d, q.device)
+    cfg = config or choose_config(q, k, causal)
     if cfg.gluon:
         reason = gluon_unsupported(q, k, causal, cfg)
         if reason is not None:
