@@ -32,6 +32,8 @@ H200_NAMES = [
      "false, true, true, false, false>(pytorch_flash::Flash_fwd_params)", "fused_attention", "flash"),
     ("triton_tem_fused_flex_attention_0", "fused_attention", "flex"),
     ("attention_fwd", "fused_attention", "kernel"),  # kernels/flash-triton's Triton kernel, as the H200 named it
+    ("attention_fwd_sm90_ws", "fused_attention", "kernel"),  # its warp-specialized Gluon program
+    ("attention_fwd_sm90", "fused_attention", "kernel"),  # its one-warpgroup Gluon program
     ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_ffma_aligna4_alignc4_execute_"
      "kernel__5x_cublas", "gemm", None),
     ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::(anonymous "

@@ -33,7 +33,7 @@ GPU_RULES: tuple[Rule, ...] = (
     Rule(r"pytorch_flash::|flash_fwd|flash::|flash_attn", "fused_attention", "flash"),
     Rule(r"fmha_cutlass|attention_kernel_batched|mem_eff|efficient_attention|fmha_", "fused_attention", "efficient"),
     Rule(r"flex_attention|triton_tem_fused_flex", "fused_attention", "flex"),
-    Rule(r"attnprof_attn|_attn_fwd|^attention_fwd$", "fused_attention", "kernel"),  # our flash-triton kernel
+    Rule(r"attnprof_attn|_attn_fwd|^attention_fwd(_sm90(_ws)?)?$", "fused_attention", "kernel"),  # flash-triton
     Rule(r"nvjet|gemm|xmma|cutlass|cublas|sm\d+_.*(?:s|h|bf16)\d*gemm|magma", "gemm"),
     Rule(r"triu_tril|FillFunctor<bool>|arange|CompareLTFunctor|CompareGEFunctor", "mask_build"),
     Rule(r"masked_fill|where_kernel", "mask_apply"),
