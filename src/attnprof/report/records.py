@@ -71,8 +71,9 @@ _ENV_PREFIXES = ("TORCH_CUDNN", "TORCH_SDPA", "TORCHINDUCTOR_", "PYTORCH_", "TRI
 
 
 def attention_env() -> dict[str, str]:
-    """The set environment variables among `_ENV_PREFIXES` (e.g. TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1)."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
+    """The set environment variables among `_ENV_PREFIXES` (e.g. TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1); cache and
+    output folders (`*_DIR`) change no number and are left out."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES) and not k.endswith("_DIR")}
 
 
 def env_note(prov: dict[str, Any]) -> str:
