@@ -49,7 +49,9 @@ PATHS = {"default": None, "ptr": dict(block_m=128, block_n=64, num_warps=8, num_
          "gluon": dict(block_m=64, block_n=64, num_warps=4, num_stages=3, gluon=True),
          "gluon-8w": dict(block_m=128, block_n=128, num_warps=8, num_stages=2, gluon=True),
          "gluon-ws": dict(block_m=128, block_n=64, num_warps=4, num_stages=3, gluon=True, warp_specialize=True),
-         "gluon-ws-128": dict(block_m=128, block_n=128, num_warps=4, num_stages=2, gluon=True, warp_specialize=True)}
+         "gluon-ws-128": dict(block_m=128, block_n=128, num_warps=4, num_stages=2, gluon=True, warp_specialize=True),
+         "gluon-wsp": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True,
+                           persistent=True)}
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))

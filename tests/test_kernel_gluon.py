@@ -40,8 +40,9 @@ def _source(fn, sig, const):
 
 
 def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
-                 ws: bool = False):
-    fn = _module().attention_fwd_sm90_ws if ws else _module().attention_fwd_sm90
+                 ws: bool = False, persistent: bool = False):
+    mod = _module()
+    fn = mod.attention_fwd_sm90_wsp if persistent else mod.attention_fwd_sm90_ws if ws else mod.attention_fwd_sm90
     q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
 
     def desc(rows: int) -> str:
@@ -49,8 +50,9 @@ def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: 
         return f"tensordesc<bf16[{rows}, {head_dim}],{layout!r}>"
 
     sig = {n: "i32" for n in fn.arg_names}
-    sig.update(desc_q=desc(q_rows), desc_o=desc(q_rows), desc_k=desc(block_n), desc_v=desc(block_n),
-               qk_scale="fp32")
+    args = dict(desc_q=desc(q_rows), desc_o=desc(q_rows), desc_k=desc(block_n), desc_v=desc(block_n),
+                qk_scale="fp32", O="*bf16")
+    sig.update({k: v for k, v in args.items() if k in sig})  # the persistent form stores O through a pointer
     const = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal,
                  num_warps=warps)
     sig.update({k: "constexpr" for k in const})
@@ -82,10 +84,11 @@ def test_compiles_for_sm90_with_the_softmax_under_the_second_matmul(shape, tmp_p
 
 @pytest.mark.parametrize("shape", [(128, 64, 128, 4, 3, True), (128, 128, 128, 4, 2, True), (128, 128, 64, 4, 2, False)],
                          ids=lambda s: f"{s[0]}x{s[1]}-d{s[2]}-s{s[4]}-{'causal' if s[5] else 'full'}")
-def test_warp_specialized_form_compiles_with_register_handoff_and_no_spills(shape, tmp_path):
+@pytest.mark.parametrize("persistent", [False, True], ids=["per-tile", "persistent"])
+def test_warp_specialized_form_compiles_with_register_handoff_and_no_spills(shape, persistent, tmp_path):
     if not (BIN / "nvdisasm").exists():
         pytest.skip("this Triton wheel ships no nvdisasm")
-    kernel, sass, usage = compile_sm90(*shape, tmp_path, ws=True)
+    kernel, sass, usage = compile_sm90(*shape, tmp_path, ws=True, persistent=persistent)
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass  # each consumer keeps the in-warpgroup overlap
     assert "USETMAXREG" in sass  # the producer warp gives its registers to the consumers (setmaxnreg)
     # the consumers' loop synchronizes per warpgroup (named barrier of 128 threads), never the whole CTA

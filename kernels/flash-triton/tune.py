@@ -85,10 +85,16 @@ ROUND = {"1": "broad: BLOCK_M 128 x BLOCK_N 64/128 x warps 4/8 x stages 2/3/4 (T
          "3": "Hopper overlap: the hand-pipelined unmasked loop (ov) and Triton's warp specialization (ws)",
          "4": "exp2 on two pipes (px: half the exponentials as an FMA polynomial) and 64x32 tiles (3 CTAs/SM)",
          "5": "the Gluon program (softmax of block j under P V of block j-1) and lazy rescale (lz) in Triton",
-         "6": "the warp-specialized Gluon program: 128-row tile, two consumer warpgroups sharing K/V, a TMA warp"}
+         "6": "the warp-specialized Gluon program: 128-row tile, two consumer warpgroups sharing K/V, a TMA warp",
+         "7": "the warp-specialized Gluon program made persistent (one CTA per SM walks the tiles)"}
 
 
 def candidates(mod, d: int, round_: str = "1") -> list:
+    if round_ == "7":
+        C = mod.Config
+        ws = dict(gluon=True, warp_specialize=True)
+        out = [C(128, 128, 4, 3, **ws), C(128, 128, 4, 3, persistent=True, **ws)]
+        return out if d == 128 else [C(64, 128, 4, 2, True)] + out
     if round_ == "6":
         C = mod.Config
         ws = dict(gluon=True, warp_specialize=True)
@@ -194,7 +200,7 @@ def main() -> int:
     result["winners"] = winners
     cfg_of = {c.label(): c for d in (128, 64) for c in candidates(mod, d, args.round)}
     result["check_winners"] = check(mod, {d: [cfg_of[w]] for d, w in winners.items()})
-    if args.round in ("5", "6"):  # new programs: every candidate on the full case list, not just the winners
+    if args.round in ("5", "6", "7"):  # new programs: every candidate on the full case list, not just the winners
         result["check_all"] = check(mod, {d: candidates(mod, d, args.round) for d in (128, 64)})
     (args.out / "tune.json").write_text(json.dumps(result, indent=1))
 

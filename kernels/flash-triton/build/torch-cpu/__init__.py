@@ -45,11 +45,13 @@ class Config:
     lazy_rescale: bool = False  # skip the accumulator rescale until a row max grew by > 8 (FlashAttention-4)
     gluon: bool = False  # the hand-scheduled sm_90 program in `_gluon.py` (block_m = 16 * num_warps, TMA always);
     # with warp_specialize: its two-consumer-warpgroup form (block_m 128, num_warps 4, plus a TMA producer warp)
+    persistent: bool = False  # that form with one CTA per SM walking the tiles (the producer runs into the next tile)
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
                 + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else "") + (" px" if self.poly_exp else "")
-                + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else ""))
+                + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else "")
+                + (" persistent" if self.persistent else ""))
 
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+.
@@ -95,6 +97,8 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
         import triton.experimental.gluon  # noqa: F401
     except ImportError:
         return f"Triton {triton.__version__} has no Gluon"
+    if cfg.persistent and not cfg.warp_specialize:
+        return "persistent needs the warp-specialized Gluon program (warp_specialize=True)"
     if cfg.warp_specialize and (cfg.block_m, cfg.num_warps) != (128, 4):
         return (f"the warp-specialized Gluon program takes block_m 128 with num_warps 4 (two consumer warpgroups of "
                 f"64 rows and a producer warp), got {cfg.block_m} with {cfg.num_warps} warps")
@@ -197,7 +201,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from ._gluon import attention_fwd_sm90, attention_fwd_sm90_ws
+    from ._gluon import attention_fwd_sm90, attention_fwd_sm90_ws, attention_fwd_sm90_wsp
 
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
@@ -208,12 +212,23 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         layout = gl.NVMMASharedLayout.get_default_for([block, d], element)
         return TensorDescriptor(t, [rows, heads * d], [heads * d, 1], [block, d], layout)
 
+    scale2 = scale * math.log2(math.e)
+    if cfg.persistent:
+        tiles = sq // cfg.block_m * b * hq
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        attention_fwd_sm90_wsp[(min(tiles, sms),)](
+            desc(q, cfg.block_m // 2), desc(k, cfg.block_n), desc(v, cfg.block_n), out, hq * d, scale2,
+            hq, hq // hkv, sq, sk, tiles,
+            HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
+            num_warps=cfg.num_warps,
+        )
+        return
     program = attention_fwd_sm90_ws if cfg.warp_specialize else attention_fwd_sm90
     q_rows = cfg.block_m // 2 if cfg.warp_specialize else cfg.block_m  # each consumer warpgroup loads its half
     grid = (sq // cfg.block_m, b * hq)
     program[grid](
         desc(q, q_rows), desc(k, cfg.block_n), desc(v, cfg.block_n), desc(out, q_rows),
-        scale * math.log2(math.e), hq, hq // hkv, sq, sk,
+        scale2, hq, hq // hkv, sq, sk,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
         num_warps=cfg.num_warps,
     )

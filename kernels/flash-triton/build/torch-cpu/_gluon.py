@@ -300,3 +300,157 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
         (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
                         q_row, kv_row, q_col, kv_col, n_blocks, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Persistent form of the warp-specialized program: one CTA per SM walks tiles `pid, pid + grid, ...` (head-major,
+# heaviest causal tile of each head first, the order the non-persistent launch has). The producer runs ahead into
+# the next tile: its K/V stages load while the consumers finish the last blocks of this one, and its Q loads as
+# soon as both consumers' last QKᵀ of this tile is done (they release Q then, and store O from registers instead of
+# staging it in Q's buffer). Stage and phase bookkeeping runs on a counter of key blocks across tiles.
+# -----------------------------------------------------------------------------------------------------------------
+@gluon.jit
+def _tile(tile, n_m, SK, SQ, H, GROUPS, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """(q_row, kv_row, q_col, kv_col, m0, n_blocks) of tile number `tile`."""
+    off_bh = tile // n_m
+    mi = tile % n_m
+    if CAUSAL:
+        start_m = n_m - 1 - mi
+    else:
+        start_m = mi
+    b = off_bh // H
+    h = off_bh % H
+    m0 = start_m * BLOCK_M
+    if CAUSAL:
+        end = gl.minimum(m0 + BLOCK_M + SK - SQ, SK)
+    else:
+        end = SK
+    return b * SQ + m0, b * SK, h, (h // GROUPS), m0, gl.cdiv(end, BLOCK_N)
+
+
+@gluon.jit
+def _wsp_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, kv_empty,
+                  n_tiles, n_m, SQ, SK, H, GROUPS,
+                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                  CAUSAL: gl.constexpr):
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    it = 0
+    t = 0
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        q_row, kv_row, h, hk, m0, n_blocks = _tile(tile, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
+        if t > 0:  # both consumers are past their last QKᵀ of the previous tile
+            mbarrier.wait(q_empty, (t - 1) & 1)
+        mbarrier.expect(q_bar, 2 * desc_q.block_type.nbytes)
+        _tma_load(desc_q, [q_row, h * HEAD_DIM], q_bar, q_smem.index(0))
+        _tma_load(desc_q, [q_row + HALF_M, h * HEAD_DIM], q_bar, q_smem.index(1))
+        for j in range(n_blocks):
+            slot = it % STAGES
+            if it >= STAGES:
+                mbarrier.wait(kv_empty.index(slot), ((it // STAGES) - 1) & 1)
+            _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, j, kv_row, hk * HEAD_DIM, True, BLOCK_N)
+            it += 1
+        t += 1
+
+
+@gluon.jit
+def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, kv_empty, qk_scale,
+                  n_tiles, n_m, SQ, SK, H, GROUPS, HALF: gl.constexpr,
+                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                  CAUSAL: gl.constexpr):
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    dtype: gl.constexpr = q_tile.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    zero_s = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
+    diag = SK - SQ
+    it = 0
+    t = 0
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        q_row, kv_row, h, hk, m0, n_blocks = _tile(tile, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
+        m0 = m0 + HALF * HALF_M
+        if CAUSAL:
+            full = gl.minimum(m0 + diag + 1, n_blocks * BLOCK_N) // BLOCK_N * BLOCK_N
+        else:
+            full = n_blocks * BLOCK_N
+        offs_m = m0 + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
+
+        mbarrier.wait(q_bar, t & 1)
+        mbarrier.wait(k_bar.index(it % STAGES), (it // STAGES) & 1)
+        s = warpgroup_mma(q_tile, k_smem.index(it % STAGES).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s])
+        mbarrier.arrive(q_empty, count=1, pred=n_blocks == 1)  # that was this tile's last QKᵀ
+        s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
+        m_i = gl.max(s, axis=1) * qk_scale
+        p = gl.exp2(s * qk_scale - m_i[:, None])
+        l_i = gl.sum(p, axis=1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
+        for j in range(1, n_blocks):
+            cur = it + j
+            slot = cur % STAGES
+            prev = (cur - 1) % STAGES
+            mbarrier.wait(k_bar.index(slot), (cur // STAGES) & 1)
+            s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            mbarrier.wait(v_bar.index(prev), ((cur - 1) // STAGES) & 1)
+            acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            s = warpgroup_mma_wait(1, deps=[s])
+            mbarrier.arrive(q_empty, count=1, pred=j == n_blocks - 1)
+            s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
+            m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+            p = gl.exp2(s * qk_scale - m_new[:, None])
+            alpha = gl.exp2(m_i - m_new)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            mbarrier.arrive(kv_empty.index(prev), count=1)
+            acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        last = it + n_blocks - 1
+        mbarrier.wait(v_bar.index(last % STAGES), (last // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(kv_empty.index(last % STAGES), count=1)
+        out = (acc / gl.convert_layout(l_i, rows_o)[:, None]).to(dtype)
+        rows = q_row + HALF * HALF_M + gl.arange(0, HALF_M, layout=rows_o)
+        cols = h * HEAD_DIM + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        gl.store(O + rows.to(gl.int64)[:, None] * stride_os + cols[None, :], out)
+        it += n_blocks
+        t += 1
+
+
+@gluon.jit
+def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, SQ, SK, n_tiles,
+                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+    """grid = (min(tiles, SMs),); tiles = Sq / BLOCK_M * B * H; O is `[B*Sq, H*D]` with row stride `stride_os`."""
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    dtype: gl.constexpr = desc_q.dtype
+    n_m = SQ // BLOCK_M
+    CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 else 168
+    q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_DIM], desc_q.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_empty, count=2)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bar.index(i), count=1)
+        mbarrier.init(v_bar.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=2)
+    gl.warp_specialize([
+        (_wsp_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, kv_empty,
+                         qk_scale, n_tiles, n_m, SQ, SK, H, GROUPS, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+        (_wsp_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, kv_empty,
+                         qk_scale, n_tiles, n_m, SQ, SK, H, GROUPS, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+        (_wsp_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, kv_empty,
+                         n_tiles, n_m, SQ, SK, H, GROUPS, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, 24])
