@@ -47,6 +47,23 @@ def _scores(s, j, full, offs_m, offs_n, diag, CAUSAL: gl.constexpr, BLOCK_N: gl.
 
 
 @gluon.jit
+def _softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr):
+    """The first key block of a tile: running max, running sum, and P as the next wgmma's register operand."""
+    m_i = gl.max(s, axis=1) * qk_scale
+    p = gl.exp2(s * qk_scale - m_i[:, None])
+    return gl.convert_layout(p.to(dtype), p_layout), m_i, gl.sum(p, axis=1)
+
+
+@gluon.jit
+def _softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr):
+    """A later key block: the online-softmax update; alpha rescales the accumulator once its P·V is done."""
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    return gl.convert_layout(p.to(dtype), p_layout), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
+
+
+@gluon.jit
 def _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, block, kv_row, kv_col, pred,
              BLOCK_N: gl.constexpr):
     """TMA loads of key block `block` into ring buffer `slot` (no-ops when `pred` is false)."""
@@ -120,10 +137,7 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
     s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=[s])
     s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-    m_i = gl.max(s, axis=1) * qk_scale
-    p = gl.exp2(s * qk_scale - m_i[:, None])
-    l_i = gl.sum(p, axis=1)
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -135,12 +149,7 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
         s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
         s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-        p = gl.exp2(s * qk_scale - m_new[:, None])
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        m_i = m_new
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
         acc = warpgroup_mma_wait(0, deps=[acc])
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
         if num_warps > 4:  # another warpgroup may still read this stage
@@ -212,10 +221,7 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, 
     s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=[s])
     s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-    m_i = gl.max(s, axis=1) * qk_scale
-    p = gl.exp2(s * qk_scale - m_i[:, None])
-    l_i = gl.sum(p, axis=1)
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -227,12 +233,7 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, 
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
         s = warpgroup_mma_wait(1, deps=[s])
         s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-        p = gl.exp2(s * qk_scale - m_new[:, None])
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        m_i = m_new
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(kv_empty.index(prev), count=1)  # this warpgroup is done with block j-1's stage
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
@@ -385,10 +386,7 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
         s = warpgroup_mma_wait(0, deps=[s])
         mbarrier.arrive(q_empty, count=1, pred=n_blocks == 1)  # that was this tile's last QKᵀ
         s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-        m_i = gl.max(s, axis=1) * qk_scale
-        p = gl.exp2(s * qk_scale - m_i[:, None])
-        l_i = gl.sum(p, axis=1)
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout)
         acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
         for j in range(1, n_blocks):
             cur = it + j
@@ -401,12 +399,7 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
             s = warpgroup_mma_wait(1, deps=[s])
             mbarrier.arrive(q_empty, count=1, pred=j == n_blocks - 1)
             s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-            m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-            p = gl.exp2(s * qk_scale - m_new[:, None])
-            alpha = gl.exp2(m_i - m_new)
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            m_i = m_new
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
             acc = warpgroup_mma_wait(0, deps=[acc])
             mbarrier.arrive(kv_empty.index(prev), count=1)
             acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
