@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from attnprof.serving.cost import annotate_static, answer
-from attnprof.serving.throughput import Point, Share
+from attnprof.serving.share import Share
+from attnprof.serving.throughput import Point
 
 
 def _point(impl, first, repeat, warm_host, cold_host, backends=(), warm_wall=35.0, cold_wall=None):

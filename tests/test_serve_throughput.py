@@ -10,10 +10,9 @@ from torch.profiler import profile
 
 from attnprof.errors import UsageError
 from attnprof.serving.models import build_model
+from attnprof.serving.share import ATTENTION_RANGE, attention_scope
 from attnprof.serving.throughput import (
-    ATTENTION_RANGE,
     amdahl,
-    attention_scope,
     cold_context,
     measure_decode,
     measure_prefill,
@@ -115,7 +114,8 @@ def test_decode_steps_are_marked_between_generates_own_tokens():
     `steps` complete ranges, none left open, the prompt's put not counted."""
     from torch.profiler import ProfilerActivity, profile
 
-    from attnprof.serving.throughput import STEP_RANGE, _StepMarks
+    from attnprof.serving.share import STEP_RANGE
+    from attnprof.serving.throughput import _StepMarks
 
     marks = _StepMarks(steps=3)
     with profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -17,42 +17,15 @@ steps over lengths already seen, and cold steps of a prompt whose KV lengths thi
 
 from __future__ import annotations
 
-import contextlib
-import sys
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import record_function
 
 from attnprof.bench.timing import time_call
 from attnprof.errors import CheckFailed
-
-ATTENTION_RANGE = "attnprof::attention"
-STEP_RANGE = "attnprof::serve_step"
-
-
-@dataclass(frozen=True)
-class Share:
-    """Where one model step's time went. Milliseconds per step; `busy_ms` is GPU kernel time (CPU op time on CPU)."""
-
-    attention_ms: float
-    busy_ms: float
-    roles: dict[str, float] = field(default_factory=dict)  # attention kernels by role → ms per step
-    backends: tuple[str, ...] = ()
-    basis: str = "gpu-kernels"  # "gpu-kernels" | "cpu-ops"
-    # host (CPU) time spent inside the model's attention function per step, under the profiler: when an
-    # implementation is slow although its attention kernels are fast, this is where the time went
-    attention_host_ms: float | None = None
-    # wall time of the profiled step itself (profiler overhead included): tells whether the slowness of the timed
-    # steps was reproduced in the profiled ones
-    step_wall_ms: float | None = None
-
-    def to_json(self) -> dict:
-        return {"attention_ms": self.attention_ms, "busy_ms": self.busy_ms, "roles": self.roles,
-                "backends": list(self.backends), "basis": self.basis, "attention_host_ms": self.attention_host_ms,
-                "step_wall_ms": self.step_wall_ms}
+from attnprof.serving.share import STEP_RANGE, Share, profile_share, profiled_share
 
 
 @dataclass(frozen=True)
@@ -169,144 +142,6 @@ def _kernel_cannot_run(device: str, dtype: str, workload) -> str | None:
     if workload is not None and dims is not None and workload.head_dim not in dims:
         return f"head dim {workload.head_dim} is not one it supports ({', '.join(map(str, dims))})"
     return None
-
-
-# ---------------------------------------------------------------------------------------------- attention scope --
-
-@contextlib.contextmanager
-def attention_scope(model) -> Iterator[None]:
-    """Run the model's attention function inside `record_function(ATTENTION_RANGE)`, whatever its implementation.
-
-    transformers looks the function up by `config._attn_implementation` on every forward; a local override on the
-    shared `ALL_ATTENTION_FUNCTIONS` instance wraps it without changing the name (so the mask it builds is the same).
-    """
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    name = model.config._attn_implementation
-    modeling = sys.modules[type(model).__module__]
-    inner = ALL_ATTENTION_FUNCTIONS.get_interface(name, getattr(modeling, "eager_attention_forward", None))
-    if inner is None:
-        raise RuntimeError(f"no attention function for {name!r} in {modeling.__name__}")
-
-    def scoped(*args, **kwargs):
-        with record_function(ATTENTION_RANGE):
-            return inner(*args, **kwargs)
-
-    local = ALL_ATTENTION_FUNCTIONS._local_mapping
-    previous = local.get(name)
-    local[name] = scoped
-    try:
-        yield
-    finally:
-        if previous is None:
-            local.pop(name, None)
-        else:
-            local[name] = previous
-
-
-def _subtree(event) -> Iterator:
-    yield event
-    for child in event.cpu_children:
-        yield from _subtree(child)
-
-
-def _cpu_leaves(event, parents: tuple[str, ...] = ()) -> Iterator[tuple[str, tuple[str, ...], float]]:
-    """(op, parents, ms) for the ops that do work under `event`; a fused attention op counts whole."""
-    from attnprof.profiling.classify import classify_cpu, is_metadata
-
-    for child in event.cpu_children:
-        name = child.name
-        if is_metadata(name):
-            continue
-        role = classify_cpu(name, parents)
-        working = [c for c in child.cpu_children if not is_metadata(c.name)]
-        if role.role == "fused_attention" or not working:
-            yield name, parents, child.cpu_time_total / 1e3
-        else:
-            yield from _cpu_leaves(child, parents + (name,))
-
-
-def profile_share(step: Callable[[], object], model, device: str, *, steps: int = 2) -> Share:
-    """Profile `steps` calls of `step` (already warmed up) and split each into attention / the rest."""
-
-    def run() -> None:
-        for _ in range(steps):
-            with record_function(STEP_RANGE):
-                step()
-
-    return _profiled_share(run, model, device, steps)
-
-
-def _profiled_share(run: Callable[[], object], model, device: str, steps: int) -> Share:
-    """Run `run` (which marks `steps` STEP_RANGE ranges) under the profiler with the attention scoped, and split
-    each step into attention / the rest: GPU kernels on CUDA, CPU ops on the CPU."""
-    cuda = device.startswith("cuda")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with attention_scope(model), profile(activities=activities) as prof:
-        run()
-        if cuda:
-            torch.cuda.synchronize(device)
-    return _gpu_share(prof, steps) if cuda else _cpu_share(prof)
-
-
-def _cpu_share(prof) -> Share:
-    """CPU op time inside the step ranges, and inside the attention ranges within them, by role."""
-    from attnprof.profiling.classify import classify_cpu
-
-    cpu_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
-    step_events = [e for e in cpu_events if e.name == STEP_RANGE]
-    roles: dict[str, float] = {}
-    backends: set[str] = set()
-    attention = busy = 0.0
-    for s in step_events:
-        busy += s.cpu_time_total / 1e3
-        for a in (e for e in _subtree(s) if e.name == ATTENTION_RANGE):
-            attention += a.cpu_time_total / 1e3
-            for name, parents, ms in _cpu_leaves(a):
-                c = classify_cpu(name, parents)
-                roles[c.role] = roles.get(c.role, 0.0) + ms
-                if c.backend:
-                    backends.add(c.backend)
-    n = max(1, len(step_events))
-    return Share(attention_ms=attention / n, busy_ms=busy / n,
-                 roles={k: v / n for k, v in sorted(roles.items())}, backends=tuple(sorted(backends)),
-                 basis="cpu-ops", attention_host_ms=attention / n, step_wall_ms=busy / n)
-
-
-def _gpu_share(prof, steps: int) -> Share:
-    """GPU kernels by launch time inside the step and attention ranges, read from the exported Kineto trace.
-
-    The profiler's event tree links only runtime-API launches to their CPU op; Triton kernels (our stage-four
-    kernel, compiled flex) launch through the driver API and would be missed, so the trace's correlation ids
-    are used instead, as `attnprof stages` does.
-    """
-    import tempfile
-    from pathlib import Path
-
-    from attnprof.profiling.classify import classify_gpu
-    from attnprof.profiling.trace import cpu_ranges, gpu_work_in_ranges, load_trace
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "share.json"
-        prof.export_chrome_trace(str(path))
-        trace = load_trace(path)
-    busy = sum(k.dur for work in gpu_work_in_ranges(trace, STEP_RANGE) for k in work) / 1e3
-    roles: dict[str, float] = {}
-    backends: set[str] = set()
-    attention = 0.0
-    for work in gpu_work_in_ranges(trace, ATTENTION_RANGE, within=STEP_RANGE):
-        for k in work:
-            c = classify_gpu(k.name)
-            roles[c.role] = roles.get(c.role, 0.0) + k.dur / 1e3
-            attention += k.dur / 1e3
-            if c.backend:
-                backends.add(c.backend)
-    host = sum(e.dur for e in cpu_ranges(trace, ATTENTION_RANGE, within=STEP_RANGE)) / 1e3
-    wall = sum(e.dur for e in cpu_ranges(trace, STEP_RANGE)) / 1e3
-    n = max(1, steps)
-    return Share(attention_ms=attention / n, busy_ms=busy / n, roles={k: v / n for k, v in sorted(roles.items())},
-                 backends=tuple(sorted(backends)), basis="gpu-kernels", attention_host_ms=host / n,
-                 step_wall_ms=wall / n)
 
 
 # ------------------------------------------------------------------------------------------- prefill and decode --
@@ -474,7 +309,7 @@ class _StepMarks:
 def _decode_share(model, ids: torch.Tensor, device: str, steps: int = DECODE_STEPS) -> Share:
     """Profile `steps` decode steps of a real `generate` call after the prompt `ids` [B, S]."""
     marks = _StepMarks(steps)
-    return _profiled_share(lambda: _generate(model, ids, steps + 1, streamer=marks), model, device, steps)
+    return profiled_share(lambda: _generate(model, ids, steps + 1, streamer=marks), model, device, steps)
 
 
 def _cache_of(out):
