@@ -26,6 +26,7 @@ CASES = [  # (B, Hq, Hkv, Sq, Sk, D, dtype, causal)
     (1, 4, 4, 1, 777, 128, "bf16", True),
     (2, 8, 2, 512, 1536, 128, "fp16", True),  # aligned, Sq < Sk, GQA: the Gluon program takes these two
     (1, 8, 8, 2048, 2048, 64, "bf16", True),
+    (1, 8, 2, 512, 1024, 128, "bf16", False),  # aligned, not causal: the Gluon programs' non-causal path
 ]
 
 
@@ -113,3 +114,4 @@ def test_default_dispatch_takes_the_gluon_program_where_it_runs(mod):
     assert not mod.choose_config(ragged, ragged, True).gluon  # Sk not a multiple of 128: the Triton program
     short64 = torch.empty(1, 2048, 8, 64, device="cuda", dtype=torch.bfloat16)
     assert not mod.choose_config(short64, short64, True).gluon  # head dim 64 below 8k keys: Triton measured faster
+    assert not mod.choose_config(q, q, False).gluon  # non-causal: not yet run on a GPU through the Gluon programs
