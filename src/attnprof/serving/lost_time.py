@@ -93,13 +93,12 @@ def _repeat_phrase(repeats: list[float]) -> str:
 
 def _sentence(impl: str, where: str, cases: list[_Case]) -> str:
     lost = [c.lost for c in cases]
-    span = f"{min(lost):.3g}–{max(lost):.3g}" if max(lost) - min(lost) >= 0.05 else f"{lost[0]:.3g}"
     mine_gpu, base_gpu = [c.share["busy_ms"] for c in cases], [c.base["busy_ms"] for c in cases]
     mine_host, base_host = [c.share["attention_host_ms"] for c in cases], [c.base["attention_host_ms"] for c in cases]
     colds = [c.cold for c in cases] if all(c.cold for c in cases) else None
     base_colds = [c.base_cold for c in cases] if all(c.base_cold for c in cases) else None
 
-    text = f"{impl} loses {span} ms per step to eager"
+    text = f"{impl} loses {_rng(lost)} ms per step to eager"
     if all(c.repeat is not None for c in cases):
         text += f" on the first pass over new KV lengths {_repeat_phrase([c.repeat for c in cases])}"
     walls = [c.share.get("step_wall_ms") for c in cases]

@@ -108,17 +108,15 @@ def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, s
                 m_i = m_new
             p = _exp2_split(qk * qk_scale - m_i[:, None], BLOCK_M, BLOCK_N, POLY_EXP)
             m_new = m_i
-            alpha = tl.full([BLOCK_M], 1.0, tl.float32)
         else:
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            m_use = m_new
             p = _exp2_split(qk * qk_scale - m_new[:, None], BLOCK_M, BLOCK_N, POLY_EXP)
             alpha = tl.math.exp2(m_i - m_new)
-        if LAZY_RESCALE and not MASKED:
-            l_i = l_i + tl.sum(p, 1)
-        else:
+        if MASKED or not LAZY_RESCALE:
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None]
+        else:  # lazy: the state was rescaled above, only when the running max moved
+            l_i = l_i + tl.sum(p, 1)
         v = _load_kv(desc_v, v_base, kv_row0, kv_col, start_n, stride_vs, SK, BLOCK_N, HEAD_DIM, BOUNDED, USE_TMA)
         if BOUNDED:
             if USE_TMA:  # rows past Sk are the next batch's: p is 0 there, but 0 * inf is NaN, so zero them
