@@ -66,8 +66,8 @@ def run_cell(w: Workload, impls: list[str], reps: int) -> dict[str, dict]:
         if impl == "kernel-triton":
             if mod is None:
                 continue
-            own = bshd_storage(inputs)
-            ready[impl] = (triton_path(mod), own, triton_path(mod)(own))
+            run, own = triton_path(mod), bshd_storage(inputs)
+            ready[impl] = (run, own, run(own))
             continue
         variant = VARIANTS[impl]
         verdict = variant.supports(w)
@@ -87,10 +87,9 @@ def run_cell(w: Workload, impls: list[str], reps: int) -> dict[str, dict]:
         timing = time_call(lambda variant=variant, own=own: variant(own), w.device, warmup=10, reps=reps)
         results[impl] = {"status": "ok", "ms": timing.p50, "p20": timing.p20, "p80": timing.p80,
                          "tflops": tflops(w, timing.p50 * 1e-3), "out": out}
-    if mod is not None and "kernel" in results:  # which of flash-triton's programs `kernel` ran
-        q, k = (t.transpose(1, 2) for t in (ready["kernel"][1].q, ready["kernel"][1].k)) if "kernel" in ready else (None, None)
-        if q is not None:
-            results["kernel"]["config"] = mod.choose_config(q, k, w.causal).label()
+    if mod is not None and "kernel" in ready:  # which of flash-triton's programs `kernel` ran
+        own = ready["kernel"][1]
+        results["kernel"]["config"] = mod.choose_config(own.q.transpose(1, 2), own.k.transpose(1, 2), w.causal).label()
     return {impl: results[impl] for impl in impls if impl in results}
 
 

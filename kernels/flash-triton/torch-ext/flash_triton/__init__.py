@@ -63,8 +63,7 @@ _TUNED = {
 
 # The warp-specialized Gluon program where it runs (sm_90, aligned lengths) and measured faster than the Triton
 # program (TUNING.md step 6): head dim 128 at every length; head dim 64 only for long keys (it loses at 1k-4k).
-_GLUON = {64: Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True),
-          128: Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)}
+_GLUON = Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
 _GLUON_MIN_SK = {64: 8192, 128: 0}
 
 
@@ -72,11 +71,10 @@ def choose_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> Config:
     """The config `flash_attn_func` launches for these inputs: the Gluon program when it takes them and is the faster
     one at this head dim and length, else the tuned Triton program (`default_config`)."""
     d = q.shape[-1]
-    gluon = _GLUON[d]
     # causal only: every H200 run of the Gluon programs so far was causal (their non-causal path compiles and is
     # in tests/test_kernel_cuda.py, but has not been run on a GPU yet), so non-causal stays on the Triton program
-    if causal and k.shape[1] >= _GLUON_MIN_SK[d] and gluon_unsupported(q, k, causal, gluon) is None:
-        return gluon
+    if causal and k.shape[1] >= _GLUON_MIN_SK[d] and gluon_unsupported(q, k, causal, _GLUON) is None:
+        return _GLUON
     return default_config(d, q.device)
 
 
@@ -93,8 +91,9 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
     """None when the Gluon program (`_gluon.py`) can run these (already checked) inputs with `cfg`, else why not."""
     if q.device.type != "cuda" or INTERPRETED:
         return "the Gluon program needs a CUDA GPU (Gluon has no interpreter)"
-    if torch.cuda.get_device_capability(q.device) != (9, 0):
-        return f"the Gluon program uses wgmma, which only sm_90 has (this GPU is sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))})"
+    major, minor = torch.cuda.get_device_capability(q.device)
+    if (major, minor) != (9, 0):
+        return f"the Gluon program uses wgmma, which only sm_90 has (this GPU is sm_{major}{minor})"
     try:
         import triton.experimental.gluon  # noqa: F401
     except ImportError:
@@ -166,11 +165,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     if sk == 0:
         return out.zero_()
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    if config is not None and config.gluon and (reason := gluon_unsupported(q, k, causal, config)):
+        raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
     if cfg.gluon:
-        reason = gluon_unsupported(q, k, causal, cfg)
-        if reason is not None:
-            raise ValueError(f"flash-triton: {cfg.label()}: {reason}")
         _launch_gluon(q, k, v, out, scale, bool(causal), cfg)
         return out
     if cfg.use_tma:
