@@ -4,9 +4,11 @@ Why these shapes: the FlashAttention benchmark's convention, so the numbers comp
 causal, bf16, 16 heads, head dim 128 and 64, B·S = 16k tokens for S = 512 … 16k; FLOPs 4·B·H·S²·D / 2.
 Every implementation gets its native layout through the variants registry (one way in): SDPA and flex take
 contiguous `[B, H, S, D]`; the `kernel` variant gets `[B, H, S, D]` views of `[B, S, H, D]` storage, which it
-transposes to flash-attn's layout for free. Each TFLOP/s stands beside SDPA auto's (ratio) and beside a bf16
-8192³ matmul measured in the same run (the ceiling). A kernel-vs-SDPA output difference is printed per cell
-as a sanity check (the real numerics check is tests/test_kernel_cuda.py against the fp64 oracle).
+transposes to flash-attn's layout for free. Every implementation runs through `attnprof.run.run` (supports(),
+a first call, 10 untimed and `--reps` timed calls; an OOM or an error is a row with its reason). Each TFLOP/s
+stands beside SDPA auto's (ratio) and beside a bf16 8192³ matmul measured in the same run (the ceiling). A
+kernel-vs-SDPA output difference (`numerics.compare`, norm-relative) is printed per cell as a sanity check (the
+real numerics check is tests/test_kernel_cuda.py against the fp64 oracle).
 
     PYTHONPATH=src python3 benchmarks/kernel_bench.py --out DIR [--kernel ORG/REPO@V --trust-remote-kernel]
 Writes DIR/h200-kernel.md (the command line at the top) and DIR/kernel-bench.json (schema attnprof.kernel-bench/1).
@@ -25,9 +27,10 @@ import torch
 
 from attnprof.bench.ceilings import measure_matmul
 from attnprof.bench.flops import tflops
-from attnprof.bench.timing import time_call
+from attnprof.numerics.compare import compare
 from attnprof.report.records import provenance, write_atomic, write_json
-from attnprof.variants import VARIANTS, kernel_hub
+from attnprof.run import run
+from attnprof.variants import VARIANTS, Variant, kernel_hub
 from attnprof.workload import Inputs, Workload
 
 SCHEMA = "attnprof.kernel-bench/1"
@@ -58,39 +61,31 @@ def triton_path(mod):
 
 
 def run_cell(w: Workload, impls: list[str], reps: int) -> dict[str, dict]:
-    """Warm every implementation first (compiles, clocks), then time each on the same input values."""
+    """Every implementation on the same input values, one `run()` each."""
     inputs = w.make_inputs(seed=0)
-    ready, results = {}, {}
+    results = {}
     mod = own_kernel()
     for impl in impls:
         if impl == "kernel-triton":
             if mod is None:
                 continue
-            run, own = triton_path(mod), bshd_storage(inputs)
-            ready[impl] = (run, own, run(own))
-            continue
-        variant = VARIANTS[impl]
-        verdict = variant.supports(w)
-        if not verdict.ok:
-            results[impl] = {"status": "rejected", "reason": verdict.reason}
-            continue
+            variant = Variant("kernel-triton", triton_path(mod), supports=VARIANTS["kernel"].supports, family="kernel",
+                              backend="kernel")
+        else:
+            variant = VARIANTS[impl]
         if impl == "flex":
             torch._dynamo.reset()  # one compile per shape; without this the recompile limit turns flex eager
-        own = bshd_storage(inputs) if impl == "kernel" else inputs
-        try:
-            out = variant(own)
-        except torch.OutOfMemoryError as e:
-            results[impl] = {"status": "oom", "reason": str(e).splitlines()[0]}
+        own = bshd_storage(inputs) if impl.startswith("kernel") else inputs
+        r = run(variant, w, own, reps=reps, warmup=10, keep_output=True)
+        if not r.status.ran:
+            results[impl] = {"status": r.status.value, "reason": r.reason}
             continue
-        ready[impl] = (variant, own, out)
-    for impl, (variant, own, out) in ready.items():
-        timing = time_call(lambda variant=variant, own=own: variant(own), w.device, warmup=10, reps=reps)
-        results[impl] = {"status": "ok", "ms": timing.p50, "p20": timing.p20, "p80": timing.p80,
-                         "tflops": tflops(w, timing.p50 * 1e-3), "out": out}
-    if mod is not None and "kernel" in ready:  # which of flash-triton's programs `kernel` ran
-        own = ready["kernel"][1]
-        results["kernel"]["config"] = mod.choose_config(own.q.transpose(1, 2), own.k.transpose(1, 2), w.causal).label()
-    return {impl: results[impl] for impl in impls if impl in results}
+        t = r.timing
+        results[impl] = {"status": "ok", "ms": t.p50, "p20": t.p20, "p80": t.p80, "tflops": tflops(w, t.p50 * 1e-3),
+                         "out": r.output}
+        if impl == "kernel" and mod is not None:  # which of flash-triton's programs `kernel` ran
+            results[impl]["config"] = mod.choose_config(own.q.transpose(1, 2), own.k.transpose(1, 2), w.causal).label()
+    return results
 
 
 def main() -> int:
@@ -127,7 +122,7 @@ def main() -> int:
             for impl, r in results.items():
                 out = r.pop("out", None)
                 if out is not None and ref_out is not None and impl != "sdpa":
-                    r["rel_diff_vs_sdpa"] = ((out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
+                    r["rel_diff_vs_sdpa"] = compare(out, ref_out, dtype=w.dtype).norm_rel
                 rows.append({"impl": impl, "batch": w.batch, "seq": s, "head_dim": d, **r,
                              "vs_sdpa": r["tflops"] / base if "tflops" in r and base else None,
                              "vs_matmul": r["tflops"] / ceiling if "tflops" in r else None})

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.profiler import profile
 
+from attnprof.bench.timing import percentile
 from attnprof.errors import UsageError
 from attnprof.serving.models import build_model
 from attnprof.serving.share import ATTENTION_RANGE, attention_scope
@@ -16,7 +17,6 @@ from attnprof.serving.throughput import (
     cold_context,
     measure_decode,
     measure_prefill,
-    percentile,
     resolve_impls,
 )
 

@@ -1,39 +1,30 @@
 """Variants × workloads → one results row per cell, appended as each cell finishes; resumable, OOM-tolerant.
 
-Per cell: `supports()` first (a rejected cell is recorded with its reason and never runs); then one call to
-compile and warm up, one call to read the peak memory, then `time_call` (device events, warm-up, L2 flushed
-between reps) for p20/p50/p80. Every speed is placed against this device's measured ceilings (`ceilings.py`):
-TFLOP/s as % of the matmul peak of the cell's dtype, GB/s over the minimum bytes as % of the copy bandwidth;
-unknown ceilings stay unknown (null), never guessed.
+Per cell, one `run()` (attnprof.run): `supports()` first (a rejected cell is recorded with its reason and never
+runs); one call to compile and warm up, the extra memory of one call (`bench.memory`), then `time_call` (device
+events, warm-up, L2 flushed between reps) for p20/p50/p80. Every speed is placed against this device's measured
+ceilings (`ceilings.py`): TFLOP/s as % of the matmul peak of the cell's dtype, GB/s over the minimum bytes as % of
+the copy bandwidth; unknown ceilings stay unknown (null), never guessed.
 
-Peak memory is "extra" memory: the most allocated during one call above what the inputs already held. On CUDA
-that is `max_memory_allocated` after `reset_peak_memory_stats`; on the CPU it is the rise of the profiler's
-'Total Allocated' within one profiled step (`profiling.summary`), which sees every torch allocation.
-
-A cell that runs out of memory is recorded as `oom`, one that raises as `error`, each with its reason, and the
-sweep goes on. `resume=True` skips every cell whose key is already in the file.
+A cell that runs out of memory is recorded as `oom`, one that raises (or times as NaN) as `error`, each with its
+reason, and the sweep goes on. `resume=True` skips every cell whose key is already in the file. `run_cell` is a
+module-level function of picklable arguments: an executor can run cells elsewhere and hand the rows back.
 """
 
 from __future__ import annotations
 
-import gc
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from attnprof.bench import flops as F
 from attnprof.bench.ceilings import Ceilings, percent
 from attnprof.bench.results import SCHEMA, append_line, read_results, rewrite_without_tail, speedups
 from attnprof.bench.spec import Cell
-from attnprof.bench.timing import time_call
 from attnprof.errors import UsageError
 from attnprof.report.records import provenance
-
-_OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+from attnprof.run import run
 
 
 @dataclass(frozen=True)
@@ -51,46 +42,6 @@ class SweepSummary:
         return out
 
 
-def is_oom(exc: BaseException) -> bool:
-    """A CUDA OOM, or the CPU allocator refusing (`DefaultCPUAllocator: can't allocate memory`)."""
-    if isinstance(exc, _OOM):
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "not enough memory" in text)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
-
-
-def _free(device: str) -> None:
-    gc.collect()
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
-
-
-def peak_extra_mib(fn: Callable[[], object], device: str) -> tuple[float | None, str | None]:
-    """Most memory allocated during one `fn()` above what was allocated before it, and a reason when unknown."""
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-        base = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        out = fn()
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device)
-        del out
-        return (peak - base) / 2**20, None
-    from attnprof.profiling.capture import capture
-    from attnprof.profiling.summary import summarize
-    from attnprof.profiling.trace import load_trace
-
-    with tempfile.TemporaryDirectory(prefix="attnprof-mem-") as tmp:
-        path = capture(fn, Path(tmp) / "mem.json", device=device, steps=1, warmup=0)
-        mib = summarize(load_trace(path)).peak_alloc_mib
-    return (mib, None) if mib is not None else (None, "the CPU profiler recorded no allocation events")
-
-
 def run_cell(cell: Cell, *, seed: int, reps: int, warmup: int, ceilings: Ceilings | None) -> dict[str, Any]:
     """Measure one cell; never raises for the cell's own failures (they are the row's status and reason)."""
     w = cell.workload
@@ -101,29 +52,13 @@ def run_cell(cell: Cell, *, seed: int, reps: int, warmup: int, ceilings: Ceiling
                            "intensity": F.flops(w) / F.min_bytes(w), "tflops": None, "gbps": None,
                            "pct_matmul_peak": None, "pct_copy_peak": None, "peak_mib": None,
                            "peak_mib_note": None}
-    support = cell.variant.supports(w)
-    if not support.ok:
-        row.update(status="rejected", reason=support.reason)
+    r = run(cell.variant, w, seed=seed, memory=True, reps=reps, warmup=warmup, l2_flush=w.device.startswith("cuda"))
+    row.update(status=r.status.value, reason=r.reason)
+    if not r.status.ran:
         return row
-    inputs = None
-    try:
-        inputs = w.make_inputs(seed)
-
-        def call() -> object:
-            return cell.variant.fn(inputs)
-
-        call()  # compile, autotune, lazy loads: kept out of both the memory and the timing
-        peak, why = peak_extra_mib(call, w.device)
-        timing = time_call(call, w.device, warmup=warmup, reps=reps, l2_flush=w.device.startswith("cuda"))
-    except Exception as exc:  # noqa: BLE001 - the cell's failure is its result; the sweep goes on
-        row.update(status="oom" if is_oom(exc) else "error", reason=_first_line(exc))
-        return row
-    finally:
-        inputs = None  # drop the cell's tensors before the next cell allocates  # noqa: F841
-        _free(w.device)
-    seconds = timing.p50 * 1e-3
+    seconds = r.timing.p50 * 1e-3
     tflops, gbps = F.tflops(w, seconds), F.gbps(w, seconds)
-    row.update(latency_ms=timing.to_json(), tflops=tflops, gbps=gbps, peak_mib=peak, peak_mib_note=why,
+    row.update(latency_ms=r.timing.to_json(), tflops=tflops, gbps=gbps, peak_mib=r.peak_mib, peak_mib_note=r.peak_note,
                pct_matmul_peak=percent(tflops, ceilings.matmul(w.dtype) if ceilings else None),
                pct_copy_peak=percent(gbps, ceilings.copy_gbps if ceilings else None))
     return row

@@ -7,7 +7,7 @@ buffer larger than the L2 cache between repetitions so a small workload is not t
 
 from __future__ import annotations
 
-import statistics
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,12 +29,21 @@ class Timing:
         return {"p20": self.p20, "p50": self.p50, "p80": self.p80, "reps": self.reps, "method": self.method}
 
 
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100] (numpy's default, `statistics.quantiles`' inclusive method);
+    NaN for no values. The one percentile of the project: timings, inter-token latencies, TTFT."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
 def quantiles(samples: list[float]) -> tuple[float, float, float]:
-    """p20, p50, p80 (inclusive method: defined for two samples and up)."""
-    if len(samples) == 1:
-        return samples[0], samples[0], samples[0]
-    q = statistics.quantiles(samples, n=10, method="inclusive")
-    return q[1], statistics.median(samples), q[7]
+    """p20, p50, p80."""
+    return percentile(samples, 20), percentile(samples, 50), percentile(samples, 80)
 
 
 _FLUSH: dict[str, torch.Tensor] = {}

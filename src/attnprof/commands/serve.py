@@ -184,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure(plan: dict, impls, device: str, args, progress, err) -> dict:
+    from attnprof.run import attempt
     from attnprof.serving.continuous import StreamResult, serve_stream
     from attnprof.serving.models import build_model
 
@@ -235,24 +236,26 @@ def _measure(plan: dict, impls, device: str, args, progress, err) -> dict:
                         done[0] += 1
                         bar.update(task, description=f"continuous {name}: {done[0]}/{len(reqs)} requests done")
 
-                    try:
-                        res = serve_stream(model, impl.name, reqs, device=device, seed=args.seed,
-                                           timeout_s=args.stream_timeout, num_blocks=args.num_blocks,
-                                           max_batch_tokens=args.max_batch_tokens, on_done=on_done)
-                    except Exception as exc:  # noqa: BLE001 — a row with the error; the command exits 1 after the report
-                        res = StreamResult(impl=impl.name, status="error", reason=_one_line(exc), requests=len(reqs))
+                    got = attempt(lambda impl=impl, on_done=on_done: serve_stream(
+                        model, impl.name, reqs, device=device, seed=args.seed, timeout_s=args.stream_timeout,
+                        num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, on_done=on_done),
+                        device=device)  # a failure is a row with its reason; the command exits 1 after the report
+                    res = got.value or StreamResult(impl=impl.name, status=got.status.value, reason=got.reason,
+                                                    requests=len(reqs))
                 data["continuous"]["results"].append(res.to_json())
                 bar.advance(task)
     return data
 
 
 def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, args, device: str):
-    """One prefill or decode measurement; a failure other than running out of memory becomes an "error" row."""
+    """One prefill or decode measurement through `run.attempt`: a failure is a row with its status and reason."""
+    from attnprof.run import attempt
     from attnprof.serving.throughput import Point, measure_decode, measure_prefill
 
     if impl.rejected:
         return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=impl.rejected)
-    try:
+
+    def measure():
         model.set_attn_implementation(impl.attn_implementation)
         with impl.context():
             if mode == "prefill":
@@ -260,13 +263,12 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
                                        reps=args.reps, share=not args.no_share)
             return measure_decode(model, impl.name, batch=batch, context=context, new_tokens=plan["new_tokens"],
                                   device=device, seed=args.seed, share=not args.no_share)
-    except Exception as exc:  # noqa: BLE001 — a row with the error; the command exits 1 after the report
-        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="error", reason=_one_line(exc))
 
-
-def _one_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0][:240] if lines else ''}"
+    got = attempt(measure, device=device)
+    if got.value is not None:
+        return got.value
+    return Point(impl=impl.name, mode=mode, batch=batch, context=context, status=got.status.value, reason=got.reason,
+                 new_tokens=plan.get("new_tokens", 0) if mode == "decode" else 0)
 
 
 def _stream_json(plan: dict, args) -> dict:

@@ -32,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.errors import UsageError
     from attnprof.report.records import provenance, write_atomic, write_json
     from attnprof.report.render import err, progress
-    from attnprof.report.stages_report import markdown, print_terminal
-    from attnprof.stages import results_json, run_stages
+    from attnprof.report.stages_report import markdown, print_terminal, results_json
+    from attnprof.stages import run_stages
 
     if args.steps < 1 or args.reps < 20:
         raise UsageError("--steps must be >= 1 and --reps >= 20 (a median of fewer runs is noise)")

@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from attnprof.numerics.scale import scale_error
+from attnprof.numerics.scale import scale_direction, scale_error
+from attnprof.variants.reference import reference_attention
+from attnprof.workload import Inputs
 
 # Informational band for the mismatch count (the pass rule is baseline-relative, see gate.py):
 # (atol, rtol) per dtype, about the rounding unit of each format for O(1) attention outputs.
@@ -143,3 +145,24 @@ def compare(out: torch.Tensor, ref: torch.Tensor, *, dtype: str, valid_rows: tor
         masked_nonzero=int((masked_out != 0).sum()),  # NaN != 0 is True
         masked_nan=int((~masked_out.isfinite()).sum()), scale_err=scale_err,
     )
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The fp64 oracle's answer for one set of inputs, with what every comparison against it needs: the valid rows
+    (rows that see at least one key; the others are compared as "fully masked", one way everywhere) and, for the
+    numerics gate, the effective-scale direction. out and direction are fp64 `[B, Hq, Sq, D]`."""
+
+    out: torch.Tensor
+    rows: torch.Tensor | None
+    direction: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, inputs: Inputs, *, scale: bool = False) -> Reference:
+        """The oracle on `inputs`; `scale` also computes ∂out/∂log(scale) (a few more fp64 passes)."""
+        out = reference_attention(inputs)
+        return cls(out=out, rows=valid_rows_of(inputs.valid, out.shape),
+                   direction=scale_direction(inputs) if scale else None)
+
+    def compare(self, out: torch.Tensor, dtype: str) -> Agreement:
+        return compare(out, self.out, dtype=dtype, valid_rows=self.rows, direction=self.direction)

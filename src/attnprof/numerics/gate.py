@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from attnprof.numerics.compare import Agreement
+from attnprof.numerics.compare import Agreement, Reference
+from attnprof.workload import Inputs
 
 MaskedRowsPolicy = Literal["zeros", "report"]
 
@@ -120,3 +121,26 @@ def _why(rule: Rule, dtype: str, base: float, limit: float) -> str:
     if limit > rule.k * base:
         return f"the {dtype} floor; plain PyTorch {dtype}: {base:.2e}"
     return f"{rule.k:g} × plain PyTorch {dtype}'s {base:.2e}"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The rule together with plain PyTorch's agreement on the same inputs: what `run()` needs to call an output
+    `lossy` (ran, but further from the oracle than the rule allows)."""
+
+    baseline: Agreement
+    rule: Rule = Rule()
+
+    @classmethod
+    def of(cls, inputs: Inputs, reference: Reference, dtype: str, rule: Rule = Rule()) -> Gate:
+        """Measure the baseline: `variants.naive.eager_attention` in the inputs' dtype against `reference`."""
+        import torch
+
+        from attnprof.variants.naive import eager_attention
+
+        with torch.no_grad():
+            out = eager_attention(inputs, inplace=False)
+        return cls(baseline=reference.compare(out, dtype), rule=rule)
+
+    def judge(self, agreement: Agreement, dtype: str) -> Verdict:
+        return judge(agreement, self.baseline, dtype, self.rule)

@@ -1,9 +1,10 @@
 """Kernel-level verification: every variant × every case against the fp64 oracle, judged by the baseline rule.
 
 For each case: fresh random inputs from `Workload.make_inputs(seed + i)` (the seeds are recorded), the fp64
-reference, plain PyTorch in the case's dtype (the baseline), then each variant. A variant that cannot run the
-case is reported as rejected with its own reason; one that raises is an error (a failure). A user function that
-returns the wrong shape raises UsageError, which is the user's input and propagates (exit 2).
+reference, plain PyTorch in the case's dtype (the baseline), then each variant through `run()` (attnprof.run) with
+the gate: `ok` passes, `lossy` (or a NaN/Inf output) fails, `rejected` keeps its own reason, and a variant that
+raises or runs out of memory is an error (a failure). A user function that returns the wrong shape raises
+UsageError, which is the user's input and propagates (exit 2).
 """
 
 from __future__ import annotations
@@ -12,23 +13,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
-from attnprof.errors import UsageError
 from attnprof.numerics.cases import Case
-from attnprof.numerics.compare import Agreement, compare, valid_rows_of
+from attnprof.numerics.compare import Agreement, Reference
 from attnprof.numerics.diagnose import diagnose
-from attnprof.numerics.gate import MASKED_ROWS_PREFIX, Rule, Verdict, judge
-from attnprof.numerics.scale import scale_direction
-from attnprof.variants import Variant, reference_attention
-from attnprof.variants.naive import eager_attention
+from attnprof.numerics.gate import MASKED_ROWS_PREFIX, Gate, Rule, Verdict
+from attnprof.run import Status, run
+from attnprof.variants import Variant
 
 _MASKED_HINT = ("valid rows agree; rows that see no key are not zeros (an unguarded softmax over an all -inf row "
                 "gives NaN, a finite fill such as finfo.min gives the mean of V)")
 
 DIAGNOSE_PER_VARIANT = 3
 
-Status = Literal["pass", "fail", "rejected", "error"]
+CaseStatus = Literal["pass", "fail", "rejected", "error"]  # verify's words for Run's statuses
 
 
 @dataclass(frozen=True)
@@ -36,7 +33,7 @@ class CaseResult:
     case: str
     dtype: str
     variant: str
-    status: Status
+    status: CaseStatus
     reason: str | None = None  # rejection / error text, or the failure reasons joined
     agreement: Agreement | None = None
     verdict: Verdict | None = None
@@ -71,51 +68,33 @@ def verify_case(case: Case, variants: Sequence[Variant], *, seed: int, rule: Rul
     budget = {} if diagnose_budget is None else diagnose_budget
     w = case.workload
     inputs = w.make_inputs(seed)
-    ref = reference_attention(inputs)  # fp64 [B, Hq, Sq, D]
-    rows = valid_rows_of(inputs.valid, ref.shape)
-    direction = scale_direction(inputs)  # fp64 ∂out/∂log(scale), for the effective-scale check
-    with torch.no_grad():
-        base_out = eager_attention(inputs, inplace=False)
-    baseline = compare(base_out, ref, dtype=w.dtype, valid_rows=rows, direction=direction)
-    del base_out
+    ref = Reference.of(inputs, scale=True)  # fp64 [B, Hq, Sq, D], valid rows, ∂out/∂log(scale)
+    gate = Gate.of(inputs, ref, w.dtype, rule)
     results = []
     for variant in variants:
-        support = variant.supports(w)
-        if not support.ok:
-            results.append(CaseResult(case.name, w.dtype, variant.name, "rejected", reason=support.reason))
+        r = run(variant, w, inputs, reference=ref, gate=gate, warm=False, keep_output=True)
+        if r.status is Status.REJECTED:
+            results.append(CaseResult(case.name, w.dtype, variant.name, "rejected", reason=r.reason))
             continue
-        try:
-            with torch.no_grad():
-                out = variant(inputs)
-            if w.device.startswith("cuda"):
-                torch.cuda.synchronize()
-        except UsageError:
-            raise
-        except (RuntimeError, ValueError, TypeError, NotImplementedError, AssertionError, IndexError) as exc:
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            results.append(CaseResult(case.name, w.dtype, variant.name, "error",
-                                      reason=f"raised {type(exc).__name__}: {msg}"))
+        if r.agreement is None:  # it raised or ran out of memory before its output could be compared
+            results.append(CaseResult(case.name, w.dtype, variant.name, "error", reason=r.reason))
             continue
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(ref.shape):
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise UsageError(f"variant {variant.name!r} returned {got}, expected shape {tuple(ref.shape)} "
-                             "[B, Hq, Sq, D]")
-        agreement = compare(out, ref, dtype=w.dtype, valid_rows=rows, direction=direction)
-        verdict = judge(agreement, baseline, w.dtype, rule)
-        status: Status = "pass" if verdict.ok else "fail"
+        verdict = r.verdict
+        status: CaseStatus = "pass" if r.status is Status.OK else "fail"
         hint = None
-        if not verdict.ok:
-            only_masked = all(r.startswith(MASKED_ROWS_PREFIX) for r in verdict.reasons)
+        if status == "fail":
+            only_masked = all(x.startswith(MASKED_ROWS_PREFIX) for x in verdict.reasons)
             left = budget.setdefault(variant.name, DIAGNOSE_PER_VARIANT)
             if only_masked:
                 hint = _MASKED_HINT
             elif left > 0:
                 budget[variant.name] = left - 1
-                hint = diagnose(out, w, inputs, ref, agreement, rows, baseline.norm_rel, direction)
+                hint = diagnose(r.output, w, inputs, ref.out, r.agreement, ref.rows, gate.baseline.norm_rel,
+                                ref.direction)
         text = "; ".join(verdict.reasons + verdict.warnings) or None
-        results.append(CaseResult(case.name, w.dtype, variant.name, status, reason=text, agreement=agreement,
+        results.append(CaseResult(case.name, w.dtype, variant.name, status, reason=text, agreement=r.agreement,
                                   verdict=verdict, hint=hint))
-    return CaseRun(case=case, seed=seed, baseline=baseline, results=tuple(results))
+    return CaseRun(case=case, seed=seed, baseline=gate.baseline, results=tuple(results))
 
 
 def verify_kernels(variants: Sequence[Variant], cases: Sequence[Case], *, seed: int, rule: Rule = Rule(),

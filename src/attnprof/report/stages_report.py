@@ -1,6 +1,7 @@
-"""How `attnprof stages` reads to a person: a summary table, each stage's kernels with roles, the deltas in words.
+"""How `attnprof stages` reads: a summary table, each stage's kernels with roles, the deltas and the SDPA fallbacks
+in words, for a person (the terminal, `report.md`) and for machines (`results.json`, attnprof.stages/1).
 
-The same content renders as a rich table for the terminal and as `report.md` for the report folder.
+The job (`attnprof.stages`) returns results; every sentence about them is made here.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from rich.table import Table
 
 from attnprof.report.records import env_note
 from attnprof.report.render import fmt, md_escape, md_table, out
-from attnprof.stages import StageResult, deltas, dispatch_lines
+from attnprof.stages import StageResult
+
+SCHEMA = "attnprof.stages/1"
 
 HEADERS = ["stage", "status", "kernels/step", "GPU ms/step", "latency ms p50 (p20–p80)", "CPU ms/step", "TFLOP/s",
            "peak MiB", "rel err vs fp64", "backend"]
@@ -76,3 +79,55 @@ def markdown(results: list[StageResult], workload_label: str, note: str, command
         parts += [f"- trace: `{r.trace}` (open in https://ui.perfetto.dev or chrome://tracing)", ""]
     parts += ["## Stage to stage", ""] + [f"- {md_escape(line)}" for line in deltas(results)] + [""]
     return "\n".join(parts)
+
+
+def dispatch_lines(result: StageResult) -> list[str]:
+    """`SDPA ran efficient, not cudnn — cudnn: head_dim should be no more than 256; …` for each fallback."""
+    lines = []
+    for d in result.dispatch:
+        why = "; ".join(f"{b}: {r}" for b, r in d["refusals"].items()) or "no reason given"
+        lines.append(f"SDPA ran {d['ran']}, not {d['preferred']} — {why}")
+        lines += [f"  fix: {a}" for a in d["advice"]]
+    return lines
+
+
+def deltas(results: list[StageResult]) -> list[str]:
+    """Stage-to-stage changes in words, each ok stage against the previous ok one."""
+    ok = [r for r in results if r.status == "ok" and r.summary and r.timing]
+    lines = []
+    base = ok[0] if ok else None
+    for prev, cur in zip(ok, ok[1:], strict=False):
+        before = {k.name: k for k in prev.summary.kernels}
+        after = {k.name: k for k in cur.summary.kernels}
+        gone = [before[n] for n in before if n not in after]
+        new = [after[n] for n in after if n not in before]
+        dk = prev.summary.kernels_per_step - cur.summary.kernels_per_step
+        dt = prev.timing.p50 - cur.timing.p50
+        verb = "removed" if dk >= 0 else "added"
+        text = f"{cur.variant} vs {prev.variant}: {verb} {abs(dk):g} kernel(s) per step"
+        if gone:
+            text += " (gone: " + ", ".join(_kernel_phrase(k, base) for k in gone[:4]) + ")"
+        if new:
+            text += " (new: " + ", ".join(_short(k.name) for k in new[:3]) + ")"
+        text += f" and {'saved' if dt >= 0 else 'lost'} {abs(dt):.3g} ms per call"
+        text += f" ({prev.timing.p50 / cur.timing.p50:.2f}x)" if cur.timing.p50 > 0 else ""
+        lines.append(text + ".")
+    return lines
+
+
+def _kernel_phrase(k, base: StageResult | None) -> str:
+    phrase = f"{_short(k.name)} [{k.role}]"
+    if base is not None and base.summary and base.summary.gpu_ms_per_step:
+        share = k.time_us / 1e3 / base.summary.gpu_ms_per_step
+        phrase += f", {share:.0%} of {base.variant}'s GPU time"
+    return phrase
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def results_json(workload, results: list[StageResult], provenance: dict, note: str) -> dict:
+    """results.json: the workload, its provenance and every stage (the schema in docs/ARCHITECTURE.md)."""
+    return {"schema": SCHEMA, "provenance": provenance, "workload": workload.to_json(), "workload_note": note,
+            "stages": [r.to_json() for r in results], "deltas": deltas(results)}

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
+from attnprof.bench.timing import percentile
 from attnprof.errors import UsageError
-from attnprof.serving.throughput import percentile
 
 # attention implementation → the name transformers' paged path knows it by, newest spelling first
 _PAGED_NAMES = {"eager": ("paged|eager",), "sdpa": ("paged|sdpa", "sdpa")}

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.profiler import record_function
 
-from attnprof.bench.timing import time_call
+from attnprof.bench.memory import cuda_peak
+from attnprof.bench.timing import percentile, time_call
 from attnprof.errors import CheckFailed
 from attnprof.serving.share import STEP_RANGE, Share, profile_share, profiled_share
 
@@ -36,7 +37,7 @@ class Point:
     mode: str  # "prefill" | "decode"
     batch: int
     context: int
-    status: str = "ok"  # "ok" | "oom" | "rejected"
+    status: str = "ok"  # an `attnprof.run.Status` value: ok | rejected | oom | error
     reason: str | None = None
     new_tokens: int = 0  # decode: tokens generated per sequence
     tokens: int = 0  # counted from the outputs
@@ -72,17 +73,6 @@ class Point:
                 "share": self.share.to_json() if self.share else None,
                 "cold_share": self.cold_share.to_json() if self.cold_share else None,
                 "cold_context": self.cold_context, "peak_mib": self.peak_mib}
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile, q in [0, 100]; NaN for no values."""
-    if not values:
-        return float("nan")
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def amdahl(share_base: float, attention_base_ms: float, attention_new_ms: float) -> float:
@@ -151,17 +141,6 @@ def _prompt(config, batch: int, context: int, device: str, seed: int) -> torch.T
     return torch.randint(3, config.vocab_size, (batch, context), generator=gen).to(device)  # [B, S]
 
 
-def _peak_reset(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def _peak_mib(device: str) -> float | None:
-    return torch.cuda.max_memory_allocated(device) / 2**20 if device.startswith("cuda") else None
-
-
 def measure_prefill(model, impl: str, *, batch: int, context: int, device: str, seed: int = 0, reps: int = 5,
                     share: bool = True) -> Point:
     """One forward over `[batch, context]` prompt tokens that fills the KV cache; tokens/s from the median call."""
@@ -170,9 +149,8 @@ def measure_prefill(model, impl: str, *, batch: int, context: int, device: str, 
     def step():
         return model(input_ids=ids, use_cache=True, logits_to_keep=1)
 
-    try:
-        _peak_reset(device)
-        with torch.inference_mode():
+    with torch.inference_mode():
+        with cuda_peak(device, empty_cache=True) as peak:
             out = step()
             cached = _cache_of(out).get_seq_length()
             if tuple(out.logits.shape[:2]) != (batch, 1) or cached != context:
@@ -180,13 +158,10 @@ def measure_prefill(model, impl: str, *, batch: int, context: int, device: str, 
                                   f"for a [{batch}, {context}] prompt")
             del out
             timing = time_call(step, device, warmup=1, reps=reps)
-            peak = _peak_mib(device)
-            prof = profile_share(step, model, device, steps=1) if share else None
-    except torch.OutOfMemoryError as exc:
-        return _oom(impl, "prefill", batch, context, exc, device)
+        prof = profile_share(step, model, device, steps=1) if share else None
     tokens = batch * cached
     return Point(impl=impl, mode="prefill", batch=batch, context=context, tokens=tokens,
-                 seconds=timing.p50 / 1e3, step_ms=timing.p50, share=prof, peak_mib=peak)
+                 seconds=timing.p50 / 1e3, step_ms=timing.p50, share=prof, peak_mib=peak.total_mib)
 
 
 class _TokenClock:
@@ -216,30 +191,26 @@ def measure_decode(model, impl: str, *, batch: int, context: int, new_tokens: in
     from it. With `share`, 3 warm decode steps (lengths already seen) and 3 cold ones (a prompt of `cold_context`
     tokens: lengths this point never used) are profiled after the timing."""
     ids = _prompt(model.config, batch, context, device, seed)  # [B, S]
-    try:
-        _peak_reset(device)
-        with torch.inference_mode():
+    with torch.inference_mode():
+        with cuda_peak(device, empty_cache=True) as peak:
             _generate(model, ids, 2)  # warm-up, same prompt
             first = _timed_decode(model, impl, ids, new_tokens)
-            peak = _peak_mib(device)
-            repeat = _timed_decode(model, impl, ids, new_tokens)
-            prof = cold = cold_len = None
-            if share:
-                prof = _decode_share(model, ids, device)
-                cold_len = cold_context(context, new_tokens, DECODE_STEPS,
-                                        getattr(model.config, "max_position_embeddings", None))
-                if cold_len is not None:
-                    cold_ids = _prompt(model.config, batch, cold_len, device, seed)  # [B, S_cold]
-                    cold = _decode_share(model, cold_ids, device)
-    except torch.OutOfMemoryError as exc:
-        return _oom(impl, "decode", batch, context, exc, device, new_tokens)
+        repeat = _timed_decode(model, impl, ids, new_tokens)
+        prof = cold = cold_len = None
+        if share:
+            prof = _decode_share(model, ids, device)
+            cold_len = cold_context(context, new_tokens, DECODE_STEPS,
+                                    getattr(model.config, "max_position_embeddings", None))
+            if cold_len is not None:
+                cold_ids = _prompt(model.config, batch, cold_len, device, seed)  # [B, S_cold]
+                cold = _decode_share(model, cold_ids, device)
     gaps, again = _gaps_ms(first), _gaps_ms(repeat)
     tokens = batch * new_tokens - batch  # the first new token is the prefill's: not timed as decode
     return Point(impl=impl, mode="decode", batch=batch, context=context, new_tokens=new_tokens, tokens=tokens,
                  seconds=first[-1] - first[0], step_ms=percentile(gaps, 50),
                  itl_ms={"p50": percentile(gaps, 50), "p99": percentile(gaps, 99)},
                  itl_repeat_ms={"p50": percentile(again, 50), "p99": percentile(again, 99)},
-                 share=prof, cold_share=cold, cold_context=cold_len, peak_mib=peak)
+                 share=prof, cold_share=cold, cold_context=cold_len, peak_mib=peak.total_mib)
 
 
 DECODE_STEPS = 3  # decode steps per profile
@@ -316,10 +287,3 @@ def _cache_of(out):
     """The KV cache of a forward's output: `cache` from transformers 5.2x, `past_key_values` before."""
     cache = out.get("cache")
     return cache if cache is not None else out.get("past_key_values")
-
-
-def _oom(impl: str, mode: str, batch: int, context: int, exc: BaseException, device: str, new: int = 0) -> Point:
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
-    return Point(impl=impl, mode=mode, batch=batch, context=context, new_tokens=new, status="oom", reason=first[:200])
