@@ -18,3 +18,16 @@ class CheckFailed(Exception):
     """A requested check did not hold. The CLI prints the message and exits 1."""
 
     exit_code = 1
+
+
+def first_line(exc: BaseException | str, *, lines: int = 1, typed: bool = True) -> str:
+    """An exception in one line: `Type: the first non-empty line of its message` (`Type` alone when it is empty).
+
+    `lines` > 1 joins that many non-empty lines with "; " (multi-line messages such as a metadata parser's);
+    `typed=False` leaves the type out. The one way every row, refusal and note quotes an exception.
+    """
+    said = "; ".join([line.strip() for line in str(exc).splitlines() if line.strip()][:lines])
+    name = type(exc).__name__ if isinstance(exc, BaseException) else ""
+    if typed and name:
+        return f"{name}: {said}" if said else name
+    return said or name

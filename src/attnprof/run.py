@@ -41,7 +41,7 @@ import torch
 from attnprof.audit.watch import DispatchRecord, watch
 from attnprof.bench.memory import cpu_peak_or_reason, cuda_peak, peak_mib
 from attnprof.bench.timing import Timing, time_call
-from attnprof.errors import UsageError
+from attnprof.errors import UsageError, first_line
 from attnprof.numerics.compare import Agreement, Reference
 from attnprof.numerics.gate import Gate, Verdict
 from attnprof.profiling.summary import Summary
@@ -73,12 +73,6 @@ _OOM_TEXT = ("can't allocate memory", "not enough memory", "out of memory")
 _ASKED = re.compile(r"[Tt]ried to allocate (([\d.]+) ?([KMGT]i?B|bytes))")
 _UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6,
           "GB": 10**9, "TB": 10**12}
-
-
-def first_line(exc: BaseException) -> str:
-    """`Type: the first non-empty line of the message` (`Type` alone for an empty message)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def is_oom(exc: BaseException) -> bool:

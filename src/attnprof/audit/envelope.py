@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from attnprof.audit.reasons import advise, preferred_backend
 from attnprof.audit.watch import DispatchRecord, watch
+from attnprof.errors import first_line
 from attnprof.workload import Inputs, Workload
 
 DEFAULT_HEAD_DIMS = (64, 128, 256, 59, 96, 320, 512)
@@ -125,8 +126,7 @@ def probe(cell: Cell, seed: int = 0) -> CellResult:
         with watch() as calls:
             call(cell, inputs)
     except (RuntimeError, torch.OutOfMemoryError) as exc:  # SDPA refused every allowed backend, or OOM
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return CellResult(cell, "error", preferred=preferred, error=first)
+        return CellResult(cell, "error", preferred=preferred, error=first_line(exc, typed=False))
     rec = calls[-1]
     return CellResult(cell, "ok", rec.backend, rec.fused_op, rec.preferred, dict(rec.refusals), advise(rec),
                       record=rec)

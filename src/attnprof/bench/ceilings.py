@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from attnprof.bench.timing import time_call
-from attnprof.errors import UsageError
+from attnprof.errors import UsageError, first_line
 from attnprof.report.records import device_name, provenance, write_json
 
 SCHEMA = "attnprof.ceilings/1"
@@ -166,7 +166,7 @@ def measure_ceilings(device: str, *, matmul_n: int | None = None, copy_mib: int 
         try:
             rates[dtype] = measure_matmul(device, dtype, n, reps=reps, warmup=warmup)
         except RuntimeError as exc:  # e.g. no fp16 matmul in this CPU build, or no bf16 on an old GPU
-            unknown[f"matmul_{dtype}"] = str(exc).strip().splitlines()[0]
+            unknown[f"matmul_{dtype}"] = first_line(exc, typed=False)
         finally:
             if kind == "cuda":
                 torch.cuda.empty_cache()

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from attnprof.bench.timing import percentile
-from attnprof.errors import UsageError
+from attnprof.errors import UsageError, first_line
 
 # attention implementation → the name transformers' paged path knows it by, newest spelling first
 _PAGED_NAMES = {"eager": ("paged|eager",), "sdpa": ("paged|sdpa", "sdpa")}
@@ -236,7 +236,7 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
             manager.start()
             _warm(manager, model.config.vocab_size, timeout_s)
         except torch.OutOfMemoryError as exc:
-            why = f"warm-up ran out of memory: {str(exc).strip().splitlines()[0][:200]}"
+            why = f"warm-up ran out of memory: {first_line(exc, typed=False)[:200]}"
             return StreamResult(impl=impl, ran_as=ran_as, requests=len(requests), log_errors=log.lines[:10],
                                 failures=[{"request": i, "error": why} for i in range(len(requests))])
         if device.startswith("cuda"):
@@ -318,7 +318,7 @@ def _summarise(impl, ran_as, requests, sent, results, failures, warmup_s, log_li
     for rid, out in results.items():
         i, submitted = sent[rid]
         if out.error is not None:
-            failures.append({"request": i, "error": str(out.error).strip().splitlines()[0][:300]})
+            failures.append({"request": i, "error": first_line(str(out.error))[:300]})
             continue
         completed += 1
         n = len(out.generated_tokens)

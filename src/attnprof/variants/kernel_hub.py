@@ -23,7 +23,7 @@ from types import ModuleType
 
 import torch
 
-from attnprof.errors import UsageError
+from attnprof.errors import UsageError, first_line
 from attnprof.variants.base import Accepted, Rejected, Support, Variant
 from attnprof.workload import Inputs, Workload
 
@@ -111,7 +111,7 @@ def metadata_problem(repo: Path) -> str | None:
         try:
             Metadata.read_from_file(meta)
         except ValueError as e:
-            return f"{meta} is malformed: {str(e).splitlines()[0]}"
+            return f"{meta} is malformed: {first_line(e, typed=False)}"
     return None
 
 
@@ -135,7 +135,7 @@ def _load(spec: KernelSpec) -> ModuleType | Rejected:
         try:
             module = kernels.get_local_kernel(spec.path)
         except (FileNotFoundError, ValueError, RuntimeError, ImportError) as e:
-            return Rejected(f"kernel: {spec.label()}: {_one_line(e)}")
+            return Rejected(f"kernel: {spec.label()}: {first_line(e, lines=4, typed=False)}")
     else:
         if not spec.trust_remote and spec.repo_id not in _local_overrides():
             return Rejected(f"kernel: {spec.label()} is code from the Hugging Face Hub; pass --trust-remote-kernel "
@@ -146,7 +146,7 @@ def _load(spec: KernelSpec) -> ModuleType | Rejected:
         except Exception as e:  # network, cache and resolution errors come from several libraries; all refuse
             offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
             where = "not in the local Hugging Face cache and the Hub is offline" if offline else "could not be loaded"
-            return Rejected(f"kernel: {spec.label()} {where} ({type(e).__name__}: {_one_line(e)}); "
+            return Rejected(f"kernel: {spec.label()} {where} ({type(e).__name__}: {first_line(e, lines=4, typed=False)}); "
                             f"fetch it with: {spec.fetch_command()}")
     if not callable(getattr(module, "flash_attn_func", None)):
         return Rejected(f"kernel: {spec.label()} has no flash_attn_func(q, k, v, softmax_scale=…, causal=…)")
@@ -157,11 +157,6 @@ def _local_overrides() -> set[str]:
     """Repo ids that `LOCAL_KERNELS` (repo=path:repo=path) maps to folders: local code, no trust needed."""
     entries = os.environ.get("LOCAL_KERNELS", "")
     return {entry.split("=", 1)[0] for entry in entries.split(":") if "=" in entry}
-
-
-def _one_line(e: BaseException) -> str:
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return "; ".join(lines[:4]) or type(e).__name__
 
 
 def supports(workload: Workload) -> Support:
