@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnprof.audit import explain, watch
-from attnprof.audit.reasons import preferred_backend
+from attnprof.audit.sdpa_checks import preferred_backend
 from attnprof.workload import Workload
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from attnprof.backends import kernel_names_of
 from attnprof.profiling.classify import classify_cpu, classify_gpu
 
 H200_NAMES = [
@@ -34,6 +35,8 @@ H200_NAMES = [
     ("attention_fwd", "fused_attention", "kernel"),  # kernels/flash-triton's Triton kernel, as the H200 named it
     ("attention_fwd_sm90_ws", "fused_attention", "kernel"),  # its warp-specialized Gluon program
     ("attention_fwd_sm90", "fused_attention", "kernel"),  # its one-warpgroup Gluon program
+    ("attention_fwd_sm90_wsp", "fused_attention", "kernel"),  # its persistent Gluon program (the old regex missed it)
+    ("triton_poi_fused__scaled_dot_product_attention_0", "other", None),  # Inductor pointwise, named after the op
     ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_ffma_aligna4_alignc4_execute_"
      "kernel__5x_cublas", "gemm", None),
     ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::(anonymous "
@@ -58,3 +61,31 @@ def test_real_h200_kernel_names(name, role, backend):
 ])
 def test_cpu_op_roles(name, parents, role):
     assert classify_cpu(name, parents).role == role
+
+
+def test_the_kernel_repos_programs_are_read_from_the_loaded_module():
+    """No list of our kernel's names to drift: they come from the module `kernels` loads, and classify knows them."""
+    from attnprof.variants import kernel_hub
+
+    module = kernel_hub.load()
+    names = kernel_names_of(module)
+    assert set(names) >= {"attention_fwd", "attention_fwd_sm90", "attention_fwd_sm90_ws", "attention_fwd_sm90_wsp"}
+    assert not any(n.startswith("_") for n in names)  # helpers such as _load_kv are not launched programs
+    for name in names:
+        assert (classify_gpu(name).role, classify_gpu(name).backend) == ("fused_attention", "kernel")
+
+
+def test_a_kernel_repo_program_without_attention_in_its_name_is_known_once_loaded(tmp_path):
+    import types
+
+    from attnprof.backends import register_kernel_module
+
+    (tmp_path / "_prog.py").write_text("import triton\n@triton.jit\ndef tile_loop(x):\n    pass\n"
+                                       "@triton.jit\ndef _helper(x):\n    pass\n")
+    module = types.ModuleType("fake_kernel")
+    module.__file__ = str(tmp_path / "__init__.py")
+    assert classify_gpu("tile_loop").role == "other"
+    assert register_kernel_module(module) == ("tile_loop",)
+    assert classify_gpu("tile_loop").backend == "kernel"
+    module.KERNEL_NAMES = ("exported_name",)
+    assert kernel_names_of(module) == ("exported_name",)

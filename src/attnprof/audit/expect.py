@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 
-from attnprof.audit.watch import SDPA_FUSED, DispatchRecord, watch
+from attnprof.audit.watch import DispatchRecord, watch
+from attnprof.backends import SDPA_FUSED
 
 # What `allow=` may name. "fused" is any fused kernel; "preferred" is the fastest backend of this device.
 ALLOWABLE = ("fused", "preferred", *SDPA_FUSED, "flex", "kernel", "math")

@@ -1,135 +1,18 @@
 """Why a call did not get the fastest backend, in PyTorch's own words, and what to change.
 
-"The fastest backend this device offers" is not a table either: it is what SDPA itself picks for the friendliest
-inputs on this device (`torch._fused_sdp_choice` on half-precision, head dim 64, no mask, contiguous; cuDNN on an
-H200, the CPU flash kernel on a CPU). Every backend ranked above the one that ran is then asked why it refused:
-- on CUDA, `torch.backends.cuda.can_use_{flash,efficient,cudnn}_attention(SDPAParams(...), debug=True)`, the same
-  checks SDPA runs, with their warnings captured (the reuse of `attnprof.variants.sdpa.backend_refusal` for a
-  `Workload`; the real tensors' `SDPAParams` for a watched call);
-- on the CPU, where PyTorch gives no debug text, by counterfactuals: the same call with one thing changed
-  (dropout 0, no mask, contiguous, one dtype), each asked of `torch._fused_sdp_choice`; the change that lets the
-  CPU flash kernel take the call is the reason.
-A backend switched off with `sdpa_kernel` / `torch.backends.cuda.enable_*_sdp(False)` is reported as such.
+`explain` turns a watched call (or a `Workload`, or a list of records) into an `Explanation`: what ran, the fastest
+backend this device offers, every faster backend's refusal (asked of SDPA's own checks, `audit.sdpa_checks`), and
+`advise`'s concrete changes read from those refusals and the call's envelope.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 
-import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
+from attnprof.audit.sdpa_checks import backend_refusal, disabled, faster_than, is_cuda
 from attnprof.audit.watch import DispatchRecord, watch
 from attnprof.workload import Workload
-
-_ENUM_NAME = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
-              SDPBackend.CUDNN_ATTENTION: "cudnn", SDPBackend.MATH: "math"}
-_ENABLED = {"flash": torch._C._get_flash_sdp_enabled, "efficient": torch._C._get_mem_efficient_sdp_enabled,
-            "cudnn": torch._C._get_cudnn_sdp_enabled, "math": torch._C._get_math_sdp_enabled,
-            "cpu_flash": torch._C._get_flash_sdp_enabled}
-
-
-def _is_cuda(device) -> bool:
-    return torch.device(device).type == "cuda"
-
-
-@functools.cache
-def _preferred(device_type: str, index: int | None) -> str:
-    device = torch.device(device_type, index) if index is not None else torch.device(device_type)
-    dtype = torch.float32
-    if device_type == "cuda":
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    q = torch.empty(1, 8, 128, 64, dtype=dtype, device=device)
-    with sdpa_kernel(list(_ENUM_NAME), set_priority=False):
-        choice = SDPBackend(torch._fused_sdp_choice(q, q, q))
-    name = _ENUM_NAME.get(choice, str(choice))
-    return "cpu_flash" if device_type == "cpu" and name == "flash" else name
-
-
-def preferred_backend(device) -> str | None:
-    """What SDPA picks on this device for the friendliest inputs (None on devices other than CPU and CUDA)."""
-    d = torch.device(device)
-    return _preferred(d.type, d.index) if d.type in ("cpu", "cuda") else None
-
-
-def ranked_backends(device) -> list[str]:
-    """Backends of this device, fastest first: the preferred one, the other fused ones in PyTorch's priority, math."""
-    first = preferred_backend(device)
-    if not _is_cuda(device):
-        return [first, "math"] if first != "math" else ["math"]
-    get_order = getattr(torch._C, "_get_sdp_priority_order", None)  # torch >= 2.6
-    order = [_ENUM_NAME.get(SDPBackend(i)) for i in get_order()] if get_order else ["flash", "efficient", "cudnn"]
-    rest = [b for b in order if b in ("flash", "efficient", "cudnn") and b != first]
-    return [first, *rest, "math"]
-
-
-def faster_than(backend: str, device) -> list[str]:
-    ranks = ranked_backends(device)
-    return ranks[: ranks.index(backend)] if backend in ranks else ranks[:-1]
-
-
-def _cuda_refusal(backend: str, params) -> str | None:
-    from attnprof.variants.sdpa import can_use_reason
-
-    return can_use_reason(backend, params)
-
-
-def _cpu_flash_refusal(q, k, v, mask, dropout, causal, enable_gqa) -> str | None:
-    def picks_flash(q, k, v, mask, dropout) -> bool:
-        choice = torch._fused_sdp_choice(q, k, v, mask, dropout, causal, enable_gqa=enable_gqa)
-        return SDPBackend(choice) == SDPBackend.FLASH_ATTENTION
-
-    with torch.no_grad():
-        if picks_flash(q, k, v, mask, dropout):
-            return None
-        flips: list[tuple[str, tuple]] = []
-        if dropout:
-            flips.append((f"dropout_p={dropout:g}", (q, k, v, mask, 0.0)))
-        if mask is not None:
-            flips.append((f"this attn_mask ({mask.dtype}, shape {list(mask.shape)})", (q, k, v, None, dropout)))
-        if any(t.stride(-1) != 1 for t in (q, k, v)):
-            flips.append(("the last dimension is not contiguous (stride != 1)",
-                          (q.contiguous(), k.contiguous(), v.contiguous(), mask, dropout)))
-        if len({q.dtype, k.dtype, v.dtype}) > 1:
-            flips.append(("q, k and v have different dtypes", (q, k.to(q.dtype), v.to(q.dtype), mask, dropout)))
-        said = [why for why, args in flips if picks_flash(*args)]
-    if said:
-        return "the CPU flash kernel refuses " + "; ".join(said) + " (torch._fused_sdp_choice, one change at a time)"
-    return "the CPU flash kernel refuses these inputs (torch._fused_sdp_choice picks math; no single change found)"
-
-
-def _disabled(backend: str) -> str | None:
-    if not _ENABLED[backend]():
-        flag = {"efficient": "mem_efficient", "cpu_flash": "flash"}.get(backend, backend)
-        return f"{backend} is switched off here (sdpa_kernel(...) without it, or torch.backends.cuda.enable_{flag}_sdp(False))"
-    return None
-
-
-def refusals_for_call(q, k, v, mask, dropout: float, causal: bool, enable_gqa: bool, *, ran: str) -> dict[str, str]:
-    """For one call's real tensors: each backend faster than `ran` → why PyTorch refused it."""
-    out: dict[str, str] = {}
-    plain_mask = mask if isinstance(mask, torch.Tensor) and type(mask) is torch.Tensor else None
-    variant = getattr(getattr(mask, "variant", None), "name", None)  # torch.nn.attention.bias.CausalBias
-    bias_note = None
-    if variant is not None:
-        causal = True
-        if variant == "LOWER_RIGHT" and q.shape[-2] != k.shape[-2]:
-            bias_note = (f"attn_mask is causal_lower_right with Sq={q.shape[-2]} != Sk={k.shape[-2]}: "
-                         "torch.nn.attention.bias sends it to the mem-efficient kernel (or a materialised mask), "
-                         "never to this backend")
-    params = None
-    for backend in faster_than(ran, q.device):
-        why = _disabled(backend) or bias_note
-        if why is None and _is_cuda(q.device):
-            if params is None:
-                params = torch.backends.cuda.SDPAParams(q, k, v, plain_mask, dropout, causal, enable_gqa)
-            why = _cuda_refusal(backend, params)
-        elif why is None:
-            why = _cpu_flash_refusal(q, k, v, plain_mask, dropout, causal, enable_gqa)
-        out[backend] = why or f"PyTorch's checks accept {backend} here, but SDPA ran {ran} (its priority order)"
-    return out
 
 
 @dataclass
@@ -176,14 +59,14 @@ def explain(target: DispatchRecord | Workload | list) -> Explanation | list[Expl
 
 
 def _explain_workload(w: Workload) -> Explanation:
-    from attnprof.variants.sdpa import backend_refusal, sdpa_call
+    from attnprof.variants.sdpa import sdpa_call
 
     with watch(explain=False) as calls:
         sdpa_call(w.make_inputs(0))
     rec = calls[-1]
-    if _is_cuda(w.device) and rec.fell_back and rec.mask == "none" and not rec.mask.startswith("causal-bias"):
+    if is_cuda(w.device) and rec.fell_back and rec.mask == "none" and not rec.mask.startswith("causal-bias"):
         # the same SDPAParams checks, through the variants' helper (the one `stages` uses to reject pinned SDPA)
-        rec.refusals = {b: _disabled(b) or backend_refusal(b, w) or (
+        rec.refusals = {b: disabled(b) or backend_refusal(b, w) or (
             f"PyTorch's checks accept {b} here, but SDPA ran {rec.backend} (its priority order)")
             for b in faster_than(rec.backend, w.device)}
     else:

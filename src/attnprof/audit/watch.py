@@ -42,29 +42,19 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# aten operator name fragment → backend, most specific first.
-FUSED_OPS: tuple[tuple[str, str], ...] = (
-    ("_scaled_dot_product_cudnn_attention", "cudnn"),
-    ("_cudnn_attention_forward", "cudnn"),
-    ("_scaled_dot_product_flash_attention_for_cpu", "cpu_flash"),
-    ("_scaled_dot_product_fused_attention_overrideable", "overrideable"),
-    ("_scaled_dot_product_efficient_attention", "efficient"),
-    ("_efficient_attention_forward", "efficient"),
-    ("_scaled_dot_product_flash_attention", "flash"),
-    ("_flash_attention_forward", "flash"),
-)
-SDPA_FUSED = ("cudnn", "flash", "efficient", "cpu_flash", "overrideable")
+from attnprof.audit.sdpa_checks import preferred_backend, refusals_for_call
+from attnprof.backends import SDPA_FUSED, fused_op_backend, kernel_backend
+
 _SDPA = F.scaled_dot_product_attention  # the builtin, whatever the patch hook has put in its place
-# A Triton kernel launched under watch() is attention work when its name says so.
-_ATTENTION_WORDS = ("attn", "attention", "flash", "fmha", "sdpa")
 
 
 def backend_of(op_names: list[str]) -> tuple[str, str | None]:
-    """(backend, the fused aten op) for the operators one SDPA call executed; no fused op means math."""
+    """(backend, the fused aten op) for the operators one SDPA call executed (`backends.FUSED_OPS`); no fused op
+    means math."""
     for name in op_names:
-        for fragment, backend in FUSED_OPS:
-            if fragment in name:
-                return backend, name
+        backend = fused_op_backend(name)
+        if backend is not None:
+            return backend, name
     return "math", None
 
 
@@ -303,16 +293,14 @@ class _Watcher(TorchFunctionMode):
             contiguous={"q": q.is_contiguous(), "k": k.is_contiguous(), "v": v.is_contiguous()},
             requires_grad=torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)),
             module=module, module_class=module_class, location=location, index=len(self.records))
-        from attnprof.audit import reasons  # late: reasons imports this module
-
-        rec.preferred = reasons.preferred_backend(q.device)
+        rec.preferred = preferred_backend(q.device)
         if self.explain and rec.fell_back:
             # its own name: `key` (the envelope cache's) is still needed below
             why_key = (rec.envelope(), tuple(map(tuple, rec.strides.values())), rec.requires_grad, rec.mask_shape,
                        rec.backend, _enabled_flags())
             if why_key not in self._refusal_cache:
                 try:
-                    self._refusal_cache[why_key] = reasons.refusals_for_call(
+                    self._refusal_cache[why_key] = refusals_for_call(
                         q, k, v, mask, rec.dropout, rec.causal, rec.enable_gqa, ran=backend)
                 except (RuntimeError, TypeError) as exc:  # e.g. a tensor subclass SDPAParams will not take
                     self._refusal_cache[why_key] = {
@@ -336,7 +324,7 @@ class _Watcher(TorchFunctionMode):
 
     def triton_launch(self, name: str, args) -> None:
         tensors = [a for a in args if isinstance(a, torch.Tensor)][:3]
-        kind = "flex" if "flex" in name else "kernel"
+        kind = "flex" if kernel_backend(name) == "flex" else "kernel"  # a Triton program: flex's, or a kernel's
         self.records.append(DispatchRecord(
             backend=kind, fused_op=name, kind=kind, q_shape=tuple(tensors[0].shape) if tensors else (),
             k_shape=tuple(tensors[1].shape) if len(tensors) > 1 else (),
@@ -422,7 +410,7 @@ def _triton_tap(watcher: _Watcher) -> Iterator[None]:
         def autotuner_run(self, *args, _orig=CachingAutotuner.run, **kwargs):
             name = (getattr(self, "inductor_meta", None) or {}).get("kernel_name") or getattr(
                 getattr(self, "fn", None), "__name__", "")
-            if "flex_attention" in name or "flex_decoding" in name:
+            if kernel_backend(name) == "flex":
                 watcher.triton_launch(name, args)
             return _orig(self, *args, **kwargs)
 
@@ -438,13 +426,13 @@ def _triton_tap(watcher: _Watcher) -> Iterator[None]:
 
         def jit_run(self, *args, _orig=JITFunction.run, **kwargs):
             name = _kernel_name(self)
-            if not tuning[0] and not kwargs.get("warmup") and any(w in name.lower() for w in _ATTENTION_WORDS):
+            if not tuning[0] and not kwargs.get("warmup") and kernel_backend(name) is not None:
                 watcher.triton_launch(name, args)
             return _orig(self, *args, **kwargs)
 
         def tuner_run(self, *args, _orig=Autotuner.run, **kwargs):
             name = _kernel_name(self)
-            if not tuning[0] and any(w in name.lower() for w in _ATTENTION_WORDS):
+            if not tuning[0] and kernel_backend(name) is not None:
                 watcher.triton_launch(name, args)
             tuning[0] += 1
             try:

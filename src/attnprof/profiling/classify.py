@@ -3,8 +3,9 @@
 Roles: gemm, scale, mask_build, copy, mask_apply, softmax, fused_attention (with its backend), memset, other.
 On the GPU every kernel, memcpy and memset counts. On the CPU the "kernels" are the aten ops that do work: a fused
 attention op counts once with its children hidden; any other op counts when none of its descendants does work;
-views and allocations (`METADATA_OPS`) are not work. The first rule whose pattern matches wins, so specific
-names (fused attention kernels that contain "cutlass" or "gemm") come before generic ones.
+views and allocations (`METADATA_OPS`) are not work. Which names are fused attention, and of which backend, is
+`attnprof.backends`' table, the one the dispatch watcher reads too; asked first, so fused kernels whose names
+contain "cutlass" or "gemm" are not taken for GEMMs. After it, the first rule whose pattern matches wins.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Literal
+
+from attnprof.backends import fused_op_backend, kernel_backend
 
 Role = Literal["gemm", "scale", "mask_build", "copy", "mask_apply", "softmax", "fused_attention", "memset", "other"]
 ROLES: tuple[str, ...] = ("gemm", "scale", "mask_build", "copy", "mask_apply", "softmax", "fused_attention",
@@ -25,15 +28,10 @@ class Rule:
     backend: str | None = None
 
 
-# GPU kernel names (CUDA activity), most specific first.
+# GPU kernel names (CUDA activity) that are not fused attention (`backends.kernel_backend` is asked first).
 GPU_RULES: tuple[Rule, ...] = (
     Rule(r"^Memset", "memset"),
     Rule(r"^Memcpy", "copy"),
-    Rule(r"cudnn.*sdpa|sdpa.*cudnn|fort_native_sdpa|cudnn.*fprop.*attention", "fused_attention", "cudnn"),
-    Rule(r"pytorch_flash::|flash_fwd|flash::|flash_attn", "fused_attention", "flash"),
-    Rule(r"fmha_cutlass|attention_kernel_batched|mem_eff|efficient_attention|fmha_", "fused_attention", "efficient"),
-    Rule(r"flex_attention|triton_tem_fused_flex", "fused_attention", "flex"),
-    Rule(r"attnprof_attn|_attn_fwd|^attention_fwd(_sm90(_ws)?)?$", "fused_attention", "kernel"),  # flash-triton
     Rule(r"nvjet|gemm|xmma|cutlass|cublas|sm\d+_.*(?:s|h|bf16)\d*gemm|magma", "gemm"),
     Rule(r"triu_tril|FillFunctor<bool>|arange|CompareLTFunctor|CompareGEFunctor", "mask_build"),
     Rule(r"masked_fill|where_kernel", "mask_apply"),
@@ -43,12 +41,8 @@ GPU_RULES: tuple[Rule, ...] = (
     Rule(r"FillFunctor|fill_kernel|zero_", "memset"),
 )
 
-# CPU aten op names (exact op after the `aten::` prefix).
+# CPU aten op names (exact op after the `aten::` prefix) that are not fused attention (`backends.fused_op_backend`).
 CPU_RULES: tuple[Rule, ...] = (
-    Rule(r"^_scaled_dot_product_flash_attention_for_cpu$", "fused_attention", "cpu_flash"),
-    Rule(r"^_scaled_dot_product_cudnn_attention$|^_cudnn_attention", "fused_attention", "cudnn"),
-    Rule(r"^_scaled_dot_product_efficient_attention$|^_efficient_attention_forward$", "fused_attention", "efficient"),
-    Rule(r"^_scaled_dot_product_flash_attention$|^_flash_attention_forward$", "fused_attention", "flash"),
     Rule(r"^(bmm|mm|addmm|baddbmm|addbmm|_addmm_activation|linear)$", "gemm"),
     Rule(r"^(mul|mul_|div|div_)$", "scale"),
     Rule(r"^(triu|tril|ones|ones_like|full|arange)$", "mask_build"),
@@ -91,6 +85,9 @@ def aten_name(name: str) -> str:
 
 def classify_gpu(name: str) -> Classified:
     """Role of a GPU kernel / memcpy / memset name."""
+    backend = kernel_backend(name) if not name.startswith(("Memset", "Memcpy")) else None
+    if backend is not None:
+        return Classified("fused_attention", backend)
     for regex, rule in _GPU_COMPILED:
         if regex.search(name):
             return Classified(rule.role, rule.backend)
@@ -104,6 +101,9 @@ def classify_cpu(name: str, parents: tuple[str, ...] = ()) -> Classified:
         role = _CPU_PARENT_ROLE.get(aten_name(parent))
         if role is not None and op in ("fill_", "copy_", "triu", "tril"):
             return Classified(role)
+    backend = fused_op_backend(op)
+    if backend is not None:
+        return Classified("fused_attention", backend)
     for regex, rule in _CPU_COMPILED:
         if regex.search(op):
             return Classified(rule.role, rule.backend)

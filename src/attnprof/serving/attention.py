@@ -74,7 +74,7 @@ def resolve_impls(spec: str | None, device: str, *, workload=None) -> list[Atten
 def _pinned(backend: str, device: str, workload) -> AttentionImpl:
     from torch.nn.attention import sdpa_kernel
 
-    from attnprof.variants.sdpa import BACKENDS, backend_refusal
+    from attnprof.audit.sdpa_checks import BACKENDS, backend_refusal
 
     reason = backend_refusal(backend, workload) if workload is not None else None
     if reason is None and backend != "math" and not device.startswith("cuda") and backend != "flash":

@@ -23,6 +23,7 @@ from types import ModuleType
 
 import torch
 
+from attnprof.backends import register_kernel_module
 from attnprof.errors import UsageError, first_line
 from attnprof.variants.base import Accepted, Rejected, Support, Variant
 from attnprof.workload import Inputs, Workload
@@ -150,6 +151,7 @@ def _load(spec: KernelSpec) -> ModuleType | Rejected:
                             f"fetch it with: {spec.fetch_command()}")
     if not callable(getattr(module, "flash_attn_func", None)):
         return Rejected(f"kernel: {spec.label()} has no flash_attn_func(q, k, v, softmax_scale=…, causal=…)")
+    register_kernel_module(module)  # its program names: the watcher and the classifier know them as `kernel`
     return module
 
 
