@@ -79,6 +79,16 @@ def test_blockwise_fp32_accumulator_control_passes_in_bf16():
     assert [r.status for run in runs for r in run.results] == ["pass", "pass"]
 
 
+def test_a_one_in_a_million_fp32_bug_fails_the_gate():
+    """Issue 14: fp32's 1e-5 floor set the limit in every default case (20-50× plain PyTorch's 2-5e-7), so this passed."""
+    runs = verify_kernels(resolve_variants("tests.broken:off_by_1e6,sdpa"),
+                          _cases("fp32", ["odd-causal", "gqa", "chunk", "pad-left"]), seed=4)
+    for run in runs:
+        broken, sdpa = run.results
+        assert sdpa.status == "pass", f"{run.case.name}: {sdpa.reason}"
+        assert broken.status == "fail" and "norm-relative error" in broken.reason, run.case.name
+
+
 # mutant → (cases that show it, words the hint must contain)
 MUTATIONS = {
     "scale_off_1pct": (["odd-causal", "decode"], "softmax scale off by +1.0"),

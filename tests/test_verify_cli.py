@@ -47,6 +47,12 @@ def test_broken_variant_exits_1_after_writing_the_reason(tmp_path, capsys):
     assert "gqa_tiled" in capsys.readouterr().err
 
 
+def test_the_baseline_is_not_verified_against_itself(tmp_path):
+    rc, data = _verify(tmp_path, "--cases", "gqa", "--dtype", "fp32", "--variants", "naive,sdpa,inplace")
+    assert rc == 0 and data["kernel"]["variants"] == ["sdpa"]
+    assert set(data["kernel"]["not_verified"]) == {"naive", "inplace"}
+
+
 def test_given_workload_replaces_the_default_cases(tmp_path):
     rc, data = _verify(tmp_path, "--seq", "33", "--kv-seq", "70", "--heads", "4", "--kv-heads", "2",
                        "--head-dim", "24", "--batch", "1", "--dtype", "fp32", "--variants", "sdpa-math")
@@ -64,6 +70,7 @@ def test_given_workload_replaces_the_default_cases(tmp_path):
     (["--device", "cuda:7"], "cuda"),
     (["--cases", "nope"], "unknown case"),
     (["--model", "tiny-llama", "--impls", "eager,warp-speed"], "unknown attention implementation"),
+    (["--variants", "naive,inplace"], "the gate's own baseline"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, words):
     rc, data = _verify(tmp_path, "--dtype", "fp32", *args)  # a later --dtype wins

@@ -44,6 +44,12 @@ def scale_off_1pct(q, k, v, *, causal, scale, attn_mask=None):
     return _attend(q, k, v, causal=causal, scale=scale * 1.01, attn_mask=attn_mask)
 
 
+def off_by_1e6(q, k, v, *, causal, scale, attn_mask=None):
+    """Every output one part in a million too large (a normaliser or constant rounded wrong): an fp32-sized bug."""
+    out = _attend(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask)
+    return out * (1 + 1e-6)
+
+
 def scale_1_over_d(q, k, v, *, causal, scale, attn_mask=None):
     """Scale 1/D instead of 1/sqrt(D)."""
     return _attend(q, k, v, causal=causal, scale=scale * scale, attn_mask=attn_mask)
@@ -148,7 +154,7 @@ def wrong_signature(q, k):
     return q
 
 
-MUTANTS = ("scale_off_1pct", "scale_1_over_d", "causal_off_by_one", "causal_top_left", "padded_rows_nan",
+MUTANTS = ("scale_off_1pct", "off_by_1e6", "scale_1_over_d", "causal_off_by_one", "causal_top_left", "padded_rows_nan",
            "padded_rows_mean", "padding_ignored", "bool_mask_as_bias", "gqa_tiled", "half_accumulator",
            "last_key_dropped")
 SHAPE_ERRORS = ("wrong_layout", "wrong_signature")

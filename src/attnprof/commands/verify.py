@@ -18,6 +18,7 @@ from attnprof.commands.common import add_output_args, add_variants_arg, add_work
 
 # Every backend one could roll out; naive/inplace are the baseline itself (plain PyTorch), the oracle is the oracle.
 DEFAULT_VARIANTS = ("sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "flex", "kernel")
+BASELINE_ITSELF = ("naive", "inplace")  # never verified: rows that would compare the baseline with itself
 _WORKLOAD_FLAGS = ("batch", "heads", "kv_heads", "seq", "kv_seq", "head_dim", "causal", "mask")
 
 
@@ -140,13 +141,22 @@ def _kernel_level(args, device: str, dtypes: list[str], seed: int):
     from rich.console import Group
     from rich.markup import escape
 
+    from attnprof.errors import UsageError
     from attnprof.numerics.gate import Rule
     from attnprof.numerics.kernel import verify_kernels
     from attnprof.numerics.report import kernel_table, variant_summary
-    from attnprof.report.render import out, progress
+    from attnprof.report.render import err, out, progress
     from attnprof.variants import resolve_variants
 
     variants = resolve_variants(args.variants, default=DEFAULT_VARIANTS)
+    skipped = {v.name: "plain PyTorch: the gate's baseline itself, so comparing it proves nothing"
+               for v in variants if v.name in BASELINE_ITSELF}
+    variants = [v for v in variants if v.name not in skipped]
+    if not variants:
+        raise UsageError(f"--variants {args.variants}: {', '.join(skipped)} is plain PyTorch, the gate's own "
+                         "baseline; name a backend to verify (default: " + ",".join(DEFAULT_VARIANTS) + ")")
+    if skipped:
+        err.print(f"[dim]not verified: {', '.join(skipped)} (plain PyTorch, the gate's baseline)[/dim]")
     cases = [c for d in dtypes for c in _cases(args, device, d)]
     rule = Rule(k=args.k, masked_rows=args.masked_rows)
     with progress() as bar:
@@ -172,8 +182,8 @@ def _kernel_level(args, device: str, dtypes: list[str], seed: int):
     failures = [f"{n} ({s['failures'][0]['case']} {s['failures'][0]['dtype']}: "
                 f"{(s['failures'][0]['hint'] or s['failures'][0]['reason'] or '')[:160]})"
                 for n, s in summary.items() if s["status"] == "fail"]
-    return ({"dtypes": dtypes, "variants": [v.name for v in variants], "cases": [r.to_json() for r in runs],
-             "summary": summary}, failures)
+    return ({"dtypes": dtypes, "variants": [v.name for v in variants], "not_verified": skipped,
+             "cases": [r.to_json() for r in runs], "summary": summary}, failures)
 
 
 def _model_level(args, device: str, dtypes: list[str], seed: int, rule):

@@ -7,6 +7,8 @@ softmax, ·V. GQA without copies: the query heads of one kv head are folded into
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from attnprof.variants.base import Variant
@@ -36,6 +38,16 @@ def eager_attention(inputs: Inputs, *, inplace: bool) -> torch.Tensor:
     probs = torch.softmax(scores, dim=-1).view(b, hkv, g * sq, sk)
     out = torch.matmul(probs, v)  # (B, Hkv, G*Sq, D)
     return out.view(b, hq, sq, d)
+
+
+def plain_attention(inputs: Inputs) -> torch.Tensor:
+    """Plain PyTorch as a model writes it, the numerics gate's baseline: k, v `[B, Hkv, Sk, D]` repeated to the
+    query heads (query head h reads kv head h // G, transformers' `repeat_kv`), then `eager_attention`."""
+    g = inputs.q.shape[1] // inputs.k.shape[1]
+    if g == 1:
+        return eager_attention(inputs, inplace=False)
+    k, v = (t.repeat_interleave(g, dim=1) for t in (inputs.k, inputs.v))  # (B, Hq, Sk, D)
+    return eager_attention(dataclasses.replace(inputs, k=k, v=v), inplace=False)
 
 
 def naive_attention(inputs: Inputs) -> torch.Tensor:
