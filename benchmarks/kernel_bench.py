@@ -27,6 +27,7 @@ import torch
 
 from attnprof.bench.ceilings import measure_matmul
 from attnprof.bench.flops import tflops
+from attnprof.commands.common import add_kernel_args
 from attnprof.numerics.compare import compare
 from attnprof.report.records import provenance, write_atomic, write_json
 from attnprof.run import run
@@ -45,9 +46,9 @@ def bshd_storage(inputs: Inputs) -> Inputs:
     return dataclasses.replace(inputs, q=view(inputs.q), k=view(inputs.k), v=view(inputs.v))
 
 
-def own_kernel():
+def own_kernel(spec: kernel_hub.KernelSpec):
     """Our kernel module when the loaded kernel is flash-triton (it exposes `choose_config`), else None."""
-    mod = kernel_hub.load()
+    mod = kernel_hub.load(spec)
     return mod if hasattr(mod, "choose_config") and hasattr(mod, "default_config") else None
 
 
@@ -60,19 +61,20 @@ def triton_path(mod):
     return run
 
 
-def run_cell(w: Workload, impls: list[str], reps: int) -> dict[str, dict]:
-    """Every implementation on the same input values, one `run()` each."""
+def run_cell(w: Workload, impls: list[str], reps: int, spec: kernel_hub.KernelSpec) -> dict[str, dict]:
+    """Every implementation on the same input values, one `run()` each; `kernel` loads `spec` (`--kernel`)."""
     inputs = w.make_inputs(seed=0)
     results = {}
-    mod = own_kernel()
+    mod = own_kernel(spec)
+    kernel = kernel_hub.kernel_variant(spec)
     for impl in impls:
         if impl == "kernel-triton":
             if mod is None:
                 continue
-            variant = Variant("kernel-triton", triton_path(mod), supports=VARIANTS["kernel"].supports, family="kernel",
+            variant = Variant("kernel-triton", triton_path(mod), supports=kernel.supports, family="kernel",
                               backend="kernel")
         else:
-            variant = VARIANTS[impl]
+            variant = kernel if impl == "kernel" else VARIANTS[impl]
         if impl == "flex":
             torch._dynamo.reset()  # one compile per shape; without this the recompile limit turns flex eager
         own = bshd_storage(inputs) if impl.startswith("kernel") else inputs
@@ -97,12 +99,12 @@ def main() -> int:
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--flex-budget-s", type=float, default=90.0, help="stop compiling flex cells after this long")
-    kernel_hub.add_kernel_args(p)
+    add_kernel_args(p)
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("kernel_bench: needs a CUDA GPU", file=sys.stderr)
         return 2
-    kernel_hub.configure(args.kernel, args.trust_remote_kernel)
+    spec = kernel_hub.parse_spec(args.kernel, args.trust_remote_kernel)
     t0 = time.time()
     ceiling = measure_matmul("cuda", "bf16", 8192, reps=30, warmup=5)
     print(f"matmul bf16 8192^3: {ceiling:.0f} TF/s", file=sys.stderr, flush=True)
@@ -113,7 +115,7 @@ def main() -> int:
                          causal=True, device="cuda")
             impls = [i for i in IMPLS if i != "flex" or flex_spent <= args.flex_budget_s]
             t = time.time()
-            results = run_cell(w, impls, args.reps)
+            results = run_cell(w, impls, args.reps, spec)
             flex_spent += time.time() - t if "flex" in impls else 0.0  # compile time dominates the cell
             if "flex" not in impls:
                 results["flex"] = {"status": "skipped", "reason": f"flex compile budget {args.flex_budget_s}s spent"}
@@ -132,9 +134,9 @@ def main() -> int:
     prov = provenance("cuda", seed=0)
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "kernel-bench.json", {"schema": SCHEMA, "provenance": prov, "command": command,
-                                                "kernel": kernel_hub.current().label(),
+                                                "kernel": spec.label(),
                                                 "matmul_bf16_tflops": ceiling, "rows": rows})
-    md = render(rows, ceiling, command, prov, kernel_hub.current().label())
+    md = render(rows, ceiling, command, prov, spec.label())
     write_atomic(args.out / "h200-kernel.md", md)
     print(md)
     return 0

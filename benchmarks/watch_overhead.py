@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from attnprof.audit import watch
-    from attnprof.serving.models import build_model, padded_batch
+    from attnprof.models import build_model, padded_batch
     from attnprof.workload import resolve_device
 
     device = resolve_device(args.device)

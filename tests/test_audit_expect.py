@@ -71,7 +71,7 @@ def test_exception_in_the_block_propagates_unchanged():
 
 
 def test_real_model_sdpa_passes_and_eager_fails():
-    from attnprof.serving.models import build_model, padded_batch
+    from attnprof.models import build_model, padded_batch
 
     sdpa = build_model("tiny-qwen", attn_implementation="sdpa")
     ids, mask = padded_batch(sdpa.config, batch=2, seq=10)

@@ -36,7 +36,6 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 @pytest.fixture(scope="module")
 def mod():
-    kernel_hub.configure(None)
     module = kernel_hub.load()
     assert not isinstance(module, type(None)) and hasattr(module, "attention"), module
     return module
@@ -81,7 +80,6 @@ def test_matches_oracle_within_twice_eager(mod, case, path):
 
 
 def test_variant_and_registry_on_gpu():
-    kernel_hub.configure(None)
     w = Workload(batch=2, heads=16, kv_heads=4, seq=2048, head_dim=128, dtype="bf16", device="cuda")
     assert VARIANTS["kernel"].supports(w).ok
     inputs = w.make_inputs(seed=1)

@@ -63,8 +63,7 @@ def _child() -> dict:
             out = out.masked_fill(~inputs.valid.any(-1, keepdim=True), 0.0)
         return rel_err(out, ref)
 
-    kernel_hub.configure(str(REPO))
-    mod = kernel_hub.load()
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
     results: dict = {"interpreted": bool(mod.INTERPRETED)}
     for shape in SHAPES:
         b, hq, hkv, sq, sk, d, causal = shape
@@ -136,7 +135,9 @@ def _child_transformers(kernel_hub, rel_err) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    name = kernel_hub.register_transformers_attention()
+    from attnprof.models.attention import register_variant
+
+    name = register_variant(kernel_hub.KERNEL)  # the one AttentionInterface adapter, built from the variant
     cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                       num_key_value_heads=1, head_dim=64, vocab_size=97, max_position_embeddings=64)
     torch.manual_seed(0)

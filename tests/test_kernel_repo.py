@@ -23,12 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 REPO = ROOT / "kernels" / "flash-triton"
 
 
-@pytest.fixture(autouse=True)
-def _default_kernel():
-    yield
-    kernel_hub.configure(None)
-
-
 def copy_repo(tmp_path: Path) -> Path:
     dst = tmp_path / "flash-triton"
     shutil.copytree(REPO, dst, ignore=shutil.ignore_patterns("__pycache__"))
@@ -70,8 +64,7 @@ def test_bad_metadata_is_one_line_naming_the_file(tmp_path, monkeypatch, damage,
     assert problem is not None and "\n" not in problem
     assert str(meta) in problem and words in problem
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    kernel_hub.configure(str(repo))
-    verdict = VARIANTS["kernel"].supports(Workload(dtype="fp16"))
+    verdict = kernel_hub.kernel_variant(kernel_hub.parse_spec(str(repo))).supports(Workload(dtype="fp16"))
     assert isinstance(verdict, Rejected) and str(meta) in verdict.reason
 
 
@@ -84,8 +77,7 @@ def test_no_variant_for_this_system_is_rejected_with_kernels_trace(tmp_path, mon
     repo = copy_repo(tmp_path)
     shutil.rmtree(repo / "build" / "torch-cpu")  # only the CUDA variant left; this machine's torch is CPU-only
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    kernel_hub.configure(str(repo))
-    verdict = VARIANTS["kernel"].supports(Workload(dtype="fp16"))
+    verdict = kernel_hub.kernel_variant(kernel_hub.parse_spec(str(repo))).supports(Workload(dtype="fp16"))
     if not isinstance(verdict, Rejected):
         pytest.skip("this torch is a CUDA build: the torch-cuda variant resolves")
     assert "torch-cuda" in verdict.reason and "does not match" in verdict.reason
@@ -108,7 +100,7 @@ def test_parse_spec(spec, expect):
 ])
 def test_bad_spec_is_a_usage_error(spec, words):
     with pytest.raises(UsageError, match=words):
-        kernel_hub.configure(spec)
+        kernel_hub.parse_spec(spec)
 
 
 def test_hub_kernel_needs_the_users_trust():

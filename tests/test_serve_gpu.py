@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from attnprof.models import build_model
 from attnprof.serving.continuous import Request, serve_stream
-from attnprof.serving.models import build_model
 from attnprof.serving.throughput import measure_decode, measure_prefill, resolve_impls
 
 pytestmark = pytest.mark.cuda

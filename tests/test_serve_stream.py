@@ -8,8 +8,8 @@ import statistics
 import pytest
 
 from attnprof.errors import UsageError
+from attnprof.models import build_model
 from attnprof.serving.continuous import Request, check_fits, load_requests, poisson_requests, serve_stream
-from attnprof.serving.models import build_model
 
 
 def test_poisson_stream_is_seeded_clipped_and_at_the_rate():

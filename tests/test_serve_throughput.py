@@ -10,7 +10,7 @@ from torch.profiler import profile
 
 from attnprof.bench.timing import percentile
 from attnprof.errors import UsageError
-from attnprof.serving.models import build_model
+from attnprof.models import build_model
 from attnprof.serving.share import ATTENTION_RANGE, attention_scope
 from attnprof.serving.throughput import (
     amdahl,
@@ -93,7 +93,8 @@ def test_amdahl_and_percentiles():
 
 def test_impls_put_eager_first_and_refuse_unknown_names(model):
     assert [i.name for i in resolve_impls("sdpa,eager", "cpu")] == ["eager", "sdpa"]
-    assert [i.name for i in resolve_impls(None, "cpu", dtype="fp32")] == ["eager", "sdpa"]  # no kernel on a CPU
+    no_kernel = resolve_impls(None, "cpu", config=model.config, dtype="fp32")  # what `serve` asks: with the model
+    assert [i.name for i in no_kernel] == ["eager", "sdpa"]  # no kernel on a CPU
     kernel = resolve_impls("kernel", "cpu", config=model.config, dtype="fp32")[0]
     assert kernel.rejected and "fp32" in kernel.rejected
     with pytest.raises(UsageError, match="unknown attention implementation 'fast'"):

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `tests.broken` a
 
 from attnprof.cli import main  # noqa: E402
 from attnprof.errors import UsageError  # noqa: E402
-from attnprof.serving.attention import resolve_impls  # noqa: E402
+from attnprof.models.attention import resolve_impls  # noqa: E402
 
 
 def _verify(tmp_path, *extra) -> tuple[int, dict | None]:

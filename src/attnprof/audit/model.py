@@ -28,7 +28,7 @@ class ModelAudit:
 def audit_model(spec: str, *, device: str = "cpu", dtype: str = "fp32", batch: int = 2, seq: int = 64,
                 seed: int = 0) -> ModelAudit:
     """One forward of `spec` (preset name or config.json) on a left-padded batch; which backend each layer got."""
-    from attnprof.serving.models import build_model, padded_batch
+    from attnprof.models import build_model, padded_batch
 
     model = build_model(spec, attn_implementation="sdpa", dtype=dtype, device=device, seed=seed)
     ids, mask = padded_batch(model.config, batch=batch, seq=seq, seed=seed, device=device)

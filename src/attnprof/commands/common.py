@@ -30,20 +30,29 @@ def add_variants_arg(p: argparse.ArgumentParser, default_help: str) -> None:
     """`--variants`, and `--kernel` / `--trust-remote-kernel` that say which kernel repo the `kernel` variant loads."""
     p.add_argument("--variants", default=None,
                    help=f"comma-separated registry names or package.module:function ({default_help})")
+    add_kernel_args(p)
+
+
+def add_kernel_args(p: argparse.ArgumentParser) -> None:
+    """`--kernel` and `--trust-remote-kernel`: which kernel repo the `kernel` variant loads."""
     p.add_argument("--kernel", default=None, metavar="PATH|ORG/REPO@VERSION",
                    help="kernel repo for the `kernel` variant (default: kernels/flash-triton in this checkout)")
     p.add_argument("--trust-remote-kernel", action="store_true",
                    help="allow --kernel to load code from the Hugging Face Hub")
 
 
-def variants_from_args(args: argparse.Namespace, default: str | None = None):
-    """Point the `kernel` variant at `--kernel`, then resolve `--variants` (UsageError for unknown names)."""
-    from attnprof.variants import DEFAULT_STAGES, resolve_variants
-    from attnprof.variants.kernel_hub import configure
+def kernel_from_args(args: argparse.Namespace):
+    """The kernel repo `--kernel` / `--trust-remote-kernel` name (a `KernelSpec`; bad syntax is a UsageError)."""
+    from attnprof.variants.kernel_hub import parse_spec
 
-    configure(getattr(args, "kernel", None), getattr(args, "trust_remote_kernel", False))
-    spec = args.variants or default
-    return resolve_variants(spec) if spec else resolve_variants(None, DEFAULT_STAGES)
+    return parse_spec(getattr(args, "kernel", None), getattr(args, "trust_remote_kernel", False))
+
+
+def variants_from_args(args: argparse.Namespace, default: tuple[str, ...] | None = None):
+    """`--variants` (else `default`, else the stages), with `kernel` loading `--kernel`; unknown names: UsageError."""
+    from attnprof.variants import DEFAULT_STAGES, resolve_variants
+
+    return resolve_variants(args.variants, default or DEFAULT_STAGES, kernel=kernel_from_args(args))
 
 
 def add_workload_args(p: argparse.ArgumentParser) -> None:

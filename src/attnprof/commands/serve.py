@@ -81,9 +81,9 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def _plan(args: argparse.Namespace, device: str) -> dict:
     """Every flag checked and defaulted before a model is built."""
+    from attnprof.models import load_config
     from attnprof.serving.continuous import check_fits, load_requests, poisson_requests
     from attnprof.serving.cost import DEFAULT_GPU_HOUR_PRICE, check_price
-    from attnprof.serving.models import load_config
     from attnprof.workload import dtype_name
 
     d = DEFAULTS["cuda" if device.startswith("cuda") else "cpu"]
@@ -184,9 +184,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure(plan: dict, impls, device: str, args, progress, err) -> dict:
+    from attnprof.models import attention_workload, build_model
     from attnprof.run import attempt
     from attnprof.serving.continuous import StreamResult, serve_stream
-    from attnprof.serving.models import build_model
 
     modes = plan["modes"]
     cells = {"prefill": [(b, c) for c in plan.get("context", []) for b in plan.get("batch", [])],
@@ -198,11 +198,11 @@ def _measure(plan: dict, impls, device: str, args, progress, err) -> dict:
     model = build_model(plan["model"], attn_implementation="eager", dtype=plan["dtype"], device=device,
                         seed=args.seed)
     cfg = model.config
+    shape = attention_workload(cfg, batch=1, seq=1, dtype=plan["dtype"], device=device)  # heads, kv heads, head dim
     data = {"schema": "attnprof.serve/1", "modes": modes,
             "model": {"name": plan["model"], "params": sum(p.numel() for p in model.parameters()),
-                      "layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size, "heads": cfg.num_attention_heads,
-                      "kv_heads": getattr(cfg, "num_key_value_heads", cfg.num_attention_heads),
-                      "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+                      "layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size, "heads": shape.heads,
+                      "kv_heads": shape.kv_heads, "head_dim": shape.head_dim,
                       "vocab": cfg.vocab_size, "max_positions": plan["max_positions"], "dtype": plan["dtype"],
                       "weights": "random (from config; nothing downloaded)"},
             "gpu_hour_price": plan["price"],

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.report.render import out
 
     workload, note = workload_from_args(args)
-    variants = variants_from_args(args, default="all")
+    variants = variants_from_args(args, default=("all",))
     table = Table(title=f"variants for {workload.label()} on {workload.device}", caption=note, caption_justify="left")
     for h in ("name", "stage", "status", "what it is / why not"):
         table.add_column(h, overflow="fold")

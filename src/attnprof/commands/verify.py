@@ -52,17 +52,16 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import secrets
 
+    from attnprof.commands.common import kernel_from_args
     from attnprof.errors import CheckFailed, UsageError
     from attnprof.numerics.gate import Rule
     from attnprof.numerics.model import ModelRule
     from attnprof.numerics.report import SCHEMA, markdown
     from attnprof.report.records import provenance, write_atomic, write_json
     from attnprof.report.render import err
-    from attnprof.variants.kernel_hub import configure
     from attnprof.workload import resolve_device
 
-    configure(args.kernel, args.trust_remote_kernel)  # both levels load the stage-four kernel from --kernel
-
+    kernel_from_args(args)  # both levels load the stage-four kernel from --kernel: bad syntax fails now
     device = resolve_device(args.device)
     dtypes = _dtypes(args, device)
     level = args.level or ("model" if args.model else "kernel")
@@ -71,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.k <= 0:
         raise UsageError("--k must be positive")
     if args.model:
-        from attnprof.serving.models import load_config
+        from attnprof.models import load_config
 
         load_config(args.model)  # an unknown preset fails now, before any work
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31 - 10_000)
@@ -141,14 +140,14 @@ def _kernel_level(args, device: str, dtypes: list[str], seed: int):
     from rich.console import Group
     from rich.markup import escape
 
+    from attnprof.commands.common import variants_from_args
     from attnprof.errors import UsageError
     from attnprof.numerics.gate import Rule
     from attnprof.numerics.kernel import verify_kernels
     from attnprof.numerics.report import kernel_table, variant_summary
     from attnprof.report.render import err, out, progress
-    from attnprof.variants import resolve_variants
 
-    variants = resolve_variants(args.variants, default=DEFAULT_VARIANTS)
+    variants = variants_from_args(args, DEFAULT_VARIANTS)
     skipped = {v.name: "plain PyTorch: the gate's baseline itself, so comparing it proves nothing"
                for v in variants if v.name in BASELINE_ITSELF}
     variants = [v for v in variants if v.name not in skipped]
@@ -187,23 +186,25 @@ def _kernel_level(args, device: str, dtypes: list[str], seed: int):
 
 
 def _model_level(args, device: str, dtypes: list[str], seed: int, rule):
-    from attnprof.numerics.model import attention_workload, verify_model
+    from attnprof.commands.common import kernel_from_args
+    from attnprof.models import attention_workload
+    from attnprof.models.attention import KNOWN, resolve_impls
+    from attnprof.numerics.model import verify_model
     from attnprof.numerics.report import model_table
     from attnprof.report.render import err, out
-    from attnprof.serving.attention import resolve_impls
 
     spec = args.impls
     if spec is None:
-        from attnprof.serving.attention import KNOWN
-
         users = [n.strip() for n in (args.variants or "").split(",") if ":" in n]
         spec = ",".join([*KNOWN, *users])
+    kernel = kernel_from_args(args)
 
     def impls(dtype, config):
-        w = attention_workload(config, batch=args.model_batch, seq=args.model_seq, dtype=dtype, device=device)
-        return resolve_impls(spec, device, workload=w)
+        w = attention_workload(config, batch=args.model_batch, seq=args.model_seq, dtype=dtype, device=device,
+                               mask="pad-left")  # the left-padded batch of numerics.model
+        return resolve_impls(spec, device, workload=w, kernel=kernel)
 
-    resolve_impls(spec, device)  # unknown names and bad user functions fail before the model is built
+    resolve_impls(spec, device, kernel=kernel)  # unknown names and bad user functions fail before the model is built
     report = verify_model(args.model, impls, dtypes, device=device, seed=seed, batch=args.model_batch,
                           seq=args.model_seq, decode_tokens=args.decode_tokens, rule=rule,
                           on_step=lambda s: err.print(f"[dim]model: {s}[/dim]"))

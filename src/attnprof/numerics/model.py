@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnprof.errors import UsageError
-from attnprof.serving.attention import AttentionImpl
+from attnprof.errors import UsageError, first_line
+from attnprof.models.attention import AttentionImpl
 from attnprof.workload import DTYPES
 
 # (max |Δ logits|, mean KL, top-1 disagreement) floors per dtype.
@@ -127,21 +127,11 @@ def judge(a: LogitsAgreement, base: LogitsAgreement, dtype: str, rule: ModelRule
     return reasons
 
 
-def attention_workload(config, *, batch: int, seq: int, dtype: str, device: str):
-    """The model's attention call as a Workload (for up-front refusals of pinned SDPA backends)."""
-    from attnprof.workload import Workload
-
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return Workload(batch=batch, heads=heads, kv_heads=getattr(config, "num_key_value_heads", None) or heads,
-                    seq=seq, head_dim=head_dim, dtype=dtype, causal=True, mask="pad-left", device=device)
-
-
 def verify_model(preset: str, impls: Callable[[str, object], Sequence[AttentionImpl]], dtypes: Sequence[str], *,
                  device: str, seed: int, batch: int = 4, seq: int = 32, decode_tokens: int = 8,
                  rule: ModelRule = ModelRule(), on_step: Callable[[str], None] | None = None) -> dict:
     """Run every implementation (from `impls(dtype, config)`) in every dtype; see the module docstring."""
-    from attnprof.serving.models import build_model, padded_batch
+    from attnprof.models import build_model, padded_batch
 
     ref_model = build_model(preset, attn_implementation="eager", dtype="fp32", device=device, seed=seed)
     ids, mask = padded_batch(ref_model.config, batch=batch, seq=seq, seed=seed, device=device, side="left")
@@ -183,14 +173,14 @@ def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base
             tokens = _greedy(model, ids, mask, n)
     except UsageError:
         raise
-    except (RuntimeError, ValueError, TypeError, NotImplementedError, AssertionError, IndexError) as exc:
-        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        # a pinned backend or our kernel refusing the inputs in its own words is a refusal; anything else a failure
+    except Exception as exc:  # noqa: BLE001 - the implementation's failure is its row, with its reason
+        text = first_line(exc, typed=False)
+        # a pinned backend refusing the inputs in its own words is a refusal (the other variants' refusals come from
+        # Variant.supports, up front); flex failing to compile is kept a refusal until issue 18 decides
         refused = (impl.name.startswith("sdpa-") and "No available kernel" in text) or \
-            (impl.name == "kernel" and "padding" in text) or \
             (impl.name == "flex_attention" and ("Inductor" in type(exc).__name__ or "Compile" in text))
         status = "rejected" if refused else "error"
-        return ModelResult(impl.name, dtype, status, reason=f"{impl.name}: {type(exc).__name__}: {text}"[:400])
+        return ModelResult(impl.name, dtype, status, reason=f"{impl.name}: {first_line(exc)}"[:400])
     finally:
         model.set_attn_implementation("eager")
     a = agreement(logits, ref_logits, valid, tokens, ref_tokens)

@@ -88,50 +88,21 @@ DEFAULT_IMPLS = "eager,sdpa,kernel"
 
 
 def resolve_impls(spec: str | None, device: str, *, config=None, dtype: str = "bf16", context: int = 1024) -> list:
-    """Names → `serving.attention.AttentionImpl`s (eager, sdpa, sdpa-<backend>, flex_attention, kernel, pkg.mod:fn),
+    """Names → `models.attention.AttentionImpl`s (eager, sdpa, sdpa-<backend>, flex_attention, kernel, pkg.mod:fn),
     eager first: it is the baseline every gain is measured against. An unknown name is a UsageError.
 
     Without `spec`: eager, sdpa, and the stage-four kernel when it can run here. Asked for by name, an implementation
     that cannot run comes back rejected with the reason (a row in the report), never silently replaced. `config` (the
-    model's) lets a pinned SDPA backend be refused up front with PyTorch's own reason."""
-    import dataclasses
-
-    from attnprof.serving import attention
+    model's) lets every implementation be refused up front with its own reason (`Variant.supports`, SDPA's checks)."""
+    from attnprof.models import attention, attention_workload
 
     workload = None
     if config is not None:
-        from attnprof.workload import Workload
-
-        heads = config.num_attention_heads
-        workload = Workload(batch=1, heads=heads, kv_heads=getattr(config, "num_key_value_heads", None) or heads,
-                            seq=context, head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
-                            dtype=dtype, causal=True, device=device)
+        workload = attention_workload(config, batch=1, seq=context, dtype=dtype, device=device)
     impls = attention.resolve_impls(spec or DEFAULT_IMPLS, device, workload=workload)
-    out = []
-    for impl in impls:
-        if impl.name == "kernel" and impl.rejected is None:
-            why = _kernel_cannot_run(device, dtype, workload)
-            if why:
-                impl = dataclasses.replace(impl, rejected=f"kernel: {why}")
-        if spec or impl.rejected is None:
-            out.append(impl)
+    out = [impl for impl in impls if spec or impl.rejected is None]
     out.sort(key=lambda i: i.name != "eager")
     return out
-
-
-def _kernel_cannot_run(device: str, dtype: str, workload) -> str | None:
-    import os
-
-    from attnprof.variants import kernel_hub
-
-    if dtype not in ("fp16", "bf16"):
-        return f"it takes fp16 or bf16, not {dtype}"
-    if not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
-        return "no CUDA device here and Triton's interpreter is off"
-    dims = getattr(kernel_hub.load(), "SUPPORTED_HEAD_DIMS", None)
-    if workload is not None and dims is not None and workload.head_dim not in dims:
-        return f"head dim {workload.head_dim} is not one it supports ({', '.join(map(str, dims))})"
-    return None
 
 
 # ------------------------------------------------------------------------------------------- prefill and decode --

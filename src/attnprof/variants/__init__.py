@@ -6,7 +6,7 @@ from attnprof.errors import UsageError
 from attnprof.variants.base import Accepted, Rejected, Support, Variant
 from attnprof.variants.flex import FLEX
 from attnprof.variants.inplace import INPLACE
-from attnprof.variants.kernel_hub import KERNEL
+from attnprof.variants.kernel_hub import KERNEL, KernelSpec, kernel_variant
 from attnprof.variants.naive import NAIVE
 from attnprof.variants.reference import REFERENCE, reference_attention
 from attnprof.variants.sdpa import PINNED, SDPA
@@ -18,8 +18,11 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (NAIVE, INPLACE, SDPA, *PINNE
 DEFAULT_STAGES = ("naive", "inplace", "sdpa", "flex", "kernel")
 
 
-def resolve_variants(spec: str | None, default: tuple[str, ...] = DEFAULT_STAGES) -> list[Variant]:
-    """`"naive,sdpa,my.mod:fn"` → variants; `"all"` → every registered one but the oracle. Unknown names: UsageError."""
+def resolve_variants(spec: str | None, default: tuple[str, ...] = DEFAULT_STAGES, *,
+                     kernel: KernelSpec | None = None) -> list[Variant]:
+    """`"naive,sdpa,my.mod:fn"` → variants; `"all"` → every registered one but the oracle. Unknown names: UsageError.
+
+    `kernel` (the parsed `--kernel`) is the repo the `kernel` variant loads; default kernels/flash-triton."""
     names = [n.strip() for n in (spec.split(",") if spec else default) if n.strip()]
     if not names:
         raise UsageError("--variants is empty; valid names: " + ", ".join(VARIANTS))
@@ -29,6 +32,8 @@ def resolve_variants(spec: str | None, default: tuple[str, ...] = DEFAULT_STAGES
     for name in names:
         if ":" in name:
             out.append(load_user_variant(name))
+        elif name == "kernel" and kernel is not None:
+            out.append(kernel_variant(kernel))
         elif name in VARIANTS:
             out.append(VARIANTS[name])
         else:

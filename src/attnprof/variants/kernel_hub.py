@@ -28,7 +28,6 @@ from attnprof.errors import UsageError, first_line
 from attnprof.variants.base import Accepted, Rejected, Support, Variant
 from attnprof.workload import Inputs, Workload
 
-ATTN_IMPLEMENTATION = "attnprof_kernel"  # the `attn_implementation` name we register
 DEFAULT_REPO = Path(__file__).resolve().parents[3] / "kernels" / "flash-triton"
 _HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<ref>[\w./-]+))?$")
 
@@ -72,27 +71,8 @@ def parse_spec(spec: str | None, trust_remote: bool = False) -> KernelSpec:
     return KernelSpec(repo_id=m["repo"], revision=ref, trust_remote=trust_remote)
 
 
-_current = parse_spec(None)
+DEFAULT = parse_spec(None)
 _loaded: dict[KernelSpec, ModuleType | Rejected] = {}
-
-
-def configure(spec: str | None, trust_remote: bool = False) -> KernelSpec:
-    """Point the `kernel` variant at `spec` (the `--kernel` value); bad syntax is a UsageError."""
-    global _current
-    _current = parse_spec(spec, trust_remote)
-    return _current
-
-
-def current() -> KernelSpec:
-    return _current
-
-
-def add_kernel_args(parser) -> None:
-    """`--kernel` and `--trust-remote-kernel`, for every command that runs variants."""
-    parser.add_argument("--kernel", default=None, metavar="PATH|ORG/REPO@VERSION",
-                        help="kernel repo for the `kernel` variant (default: kernels/flash-triton in this checkout)")
-    parser.add_argument("--trust-remote-kernel", action="store_true",
-                        help="allow --kernel to load code from the Hugging Face Hub")
 
 
 def metadata_problem(repo: Path) -> str | None:
@@ -116,9 +96,8 @@ def metadata_problem(repo: Path) -> str | None:
     return None
 
 
-def load(spec: KernelSpec | None = None) -> ModuleType | Rejected:
-    """The kernel module for `spec` (default: the configured one), loaded once, or why it cannot be loaded."""
-    spec = spec or _current
+def load(spec: KernelSpec = DEFAULT) -> ModuleType | Rejected:
+    """The kernel module for `spec` (default: kernels/flash-triton), loaded once, or why it cannot be loaded."""
     if spec not in _loaded:
         _loaded[spec] = _load(spec)
     return _loaded[spec]
@@ -161,7 +140,7 @@ def _local_overrides() -> set[str]:
     return {entry.split("=", 1)[0] for entry in entries.split(":") if "=" in entry}
 
 
-def supports(workload: Workload) -> Support:
+def supports(workload: Workload, spec: KernelSpec = DEFAULT) -> Support:
     if workload.mask != "none":
         return Rejected(f"kernel: flash_attn_func takes no attention mask (mask={workload.mask}); "
                         "padding needs a varlen or masked kernel (try sdpa or flex)")
@@ -171,12 +150,12 @@ def supports(workload: Workload) -> Support:
     if on_cpu and os.environ.get("TRITON_INTERPRET") != "1":
         return Rejected("kernel: no CUDA device here and Triton's interpreter is off; set TRITON_INTERPRET=1 "
                         "to run the Triton kernel on the CPU (slow; for tests)")
-    module = load()
+    module = load(spec)
     if isinstance(module, Rejected):
         return module
     head_dims = getattr(module, "SUPPORTED_HEAD_DIMS", None)
     if head_dims is not None and workload.head_dim not in head_dims:
-        return Rejected(f"kernel: head dim {workload.head_dim} is not supported by {_current.label()} "
+        return Rejected(f"kernel: head dim {workload.head_dim} is not supported by {spec.label()} "
                         f"(supported: {', '.join(map(str, head_dims))})")
     if on_cpu and not getattr(module, "INTERPRETED", False):
         return Rejected("kernel: this kernel module was loaded without Triton's interpreter and cannot run on "
@@ -185,9 +164,9 @@ def supports(workload: Workload) -> Support:
     return Accepted(note)
 
 
-def kernel_attention(inputs: Inputs) -> torch.Tensor:
+def kernel_attention(inputs: Inputs, spec: KernelSpec = DEFAULT) -> torch.Tensor:
     """`[B, H, S, D]` in and out; the kernel itself sees `[B, S, H, D]`."""
-    module = load()
+    module = load(spec)
     if isinstance(module, Rejected):
         raise RuntimeError(module.reason)
     if inputs.attn_mask is not None:
@@ -201,52 +180,17 @@ def kernel_attention(inputs: Inputs) -> torch.Tensor:
     return out.transpose(1, 2)  # [B, S, H, D] -> [B, H, S, D] (a view)
 
 
-KERNEL = Variant(name="kernel", fn=kernel_attention, supports=supports, family="kernel",
-                 description="a fused kernel loaded through the `kernels` library (default: our Triton flash-triton)")
+def kernel_variant(spec: KernelSpec = DEFAULT) -> Variant:
+    """The `kernel` variant loading `spec` (the `--kernel` value): the repo travels in the Variant, not a global."""
+    def run(inputs: Inputs) -> torch.Tensor:
+        return kernel_attention(inputs, spec)
+
+    def accepts(workload: Workload) -> Support:
+        return supports(workload, spec)
+
+    run.__name__ = "kernel_attention"
+    return Variant(name="kernel", fn=run, supports=accepts, family="kernel", backend="kernel",
+                   description=f"a fused kernel loaded through the `kernels` library: {spec.label()}")
 
 
-def transformers_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
-                           scaling: float | None = None, is_causal: bool | None = None, **kwargs):
-    """An `AttentionInterface` function: query `[B, Hq, Sq, D]`, key/value `[B, Hkv, Sk, D]` → `[B, Sq, Hq, D]`."""
-    kernel = load()
-    if isinstance(kernel, Rejected):
-        raise RuntimeError(kernel.reason)
-    if attention_mask is not None:
-        raise ValueError("kernel attention: this batch has padding (a 2-D mask); flash_attn_func takes no mask. "
-                         "Use unpadded batches or attn_implementation='sdpa'")
-    for unsupported in ("sliding_window", "softcap", "s_aux"):
-        if kwargs.get(unsupported) is not None:
-            raise ValueError(f"kernel attention: {unsupported} is not supported by flash_attn_func")
-    if dropout and module.training:
-        raise ValueError("kernel attention: dropout is not supported (forward-only inference kernel)")
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    # [B, H, S, D] -> [B, S, H, D] for the kernel; its output is already the [B, S, H, D] transformers expects
-    q, k, v = (t.transpose(1, 2).contiguous() for t in (query, key, value))
-    out = kernel.flash_attn_func(q, k, v, softmax_scale=scaling, causal=bool(causal))
-    if isinstance(out, tuple):
-        out = out[0]
-    return out, None
-
-
-def register_transformers_attention(spec: KernelSpec | None = None) -> str | Rejected:
-    """Register the kernel with transformers' AttentionInterface (and its mask function); return the name to pass
-    as `attn_implementation`, or why it cannot be registered. Padding-free batches only, as flash_attention_2."""
-    if spec is not None and spec != _current:
-        configure_spec(spec)
-    module = load()
-    if isinstance(module, Rejected):
-        return module
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
-
-    # One fixed name: transformers treats any name containing "flash" as a flash-attn package to import.
-    name = ATTN_IMPLEMENTATION
-    AttentionInterface.register(name, transformers_attention)
-    # flash-attn's mask rule: None for unpadded batches, the 2-D padding mask otherwise (which we then refuse)
-    AttentionMaskInterface.register(name, flash_attention_mask)
-    return name
-
-
-def configure_spec(spec: KernelSpec) -> None:
-    global _current
-    _current = spec
+KERNEL = kernel_variant(DEFAULT)

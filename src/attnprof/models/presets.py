@@ -2,6 +2,7 @@
 
 Nothing is downloaded: a preset is a config, the weights are drawn from a fixed seed. A local `config.json` path
 works wherever a preset name does. transformers is an optional dependency (`pip install 'attnprof[models]'`).
+`attention_workload` is a model's attention call as a `Workload`, written once for numerics and serving.
 """
 
 from __future__ import annotations
@@ -99,3 +100,14 @@ def padded_batch(config, *, batch: int = 4, seq: int = 32, seed: int = 0, device
                 mask[b, seq - pad:] = 0
     ids = ids.masked_fill(mask == 0, 0)
     return ids.to(device), mask.to(device)
+
+
+def attention_workload(config, *, batch: int, seq: int, dtype: str, device: str, mask: str = "none"):
+    """The attention call of `config`'s layers on a `[batch, seq]` batch as a `Workload` (heads, kv heads, head dim,
+    causal, `mask` "pad-left" for a left-padded batch): what `Variant.supports` and SDPA's checks are asked."""
+    from attnprof.workload import Workload
+
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return Workload(batch=batch, heads=heads, kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+                    seq=seq, head_dim=head_dim, dtype=dtype, causal=True, mask=mask, device=device)

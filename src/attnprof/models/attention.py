@@ -1,0 +1,163 @@
+"""The attention implementations a transformers model can run, by name: what to pass and what to wrap it in.
+
+One small map, shared by `attnprof verify --model` and the serving commands:
+
+| name | `attn_implementation` | active while it runs |
+| --- | --- | --- |
+| eager | "eager" | nothing (transformers' own matmul/softmax; the fp32 run is the reference) |
+| sdpa | "sdpa" | nothing: PyTorch picks the backend |
+| sdpa-flash / -efficient / -cudnn / -math | "sdpa" | `sdpa_kernel([that backend])`: pinned, refused when it cannot run |
+| flex_attention (alias flex) | "flex_attention" | nothing |
+| kernel | "attnprof_kernel", registered here from the `kernel` variant | nothing |
+| package.module:function | "attnprof_user_package_module_function", registered here from its variant | nothing |
+
+Everything that is not transformers' own is a registry `Variant` (the stage-four kernel, users' functions) and reaches
+the model through one adapter, `register_variant`: an `AttentionInterface` function that turns transformers'
+call (query `[B, Hq, Sq, D]`, key/value `[B, Hkv, Sk, D]`, a boolean `[B, 1, Sq, Sk]` mask or None) into `Inputs`,
+asks `Variant.supports` about that call's `Workload` (a refusal raises ValueError with the variant's own reason) and
+returns `[B, Sq, Hq, D]`. Its mask function is transformers' `sdpa_mask`, so the variant gets the same mask SDPA
+gets: None with causal=True when nothing is padded (decode included: one query sees every key), else the boolean
+mask with causal=False. Causal is bottom-right aligned, as everywhere.
+
+Nothing falls back: an implementation that cannot run here comes back with `rejected` set to the reason, which
+`Variant.supports` gives for the model's attention call (`models.attention_workload`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from attnprof.errors import UsageError
+from attnprof.variants.base import Variant
+from attnprof.workload import DTYPES, Inputs, Workload
+
+PINNED = ("flash", "efficient", "cudnn", "math")
+KNOWN = ("eager", "sdpa", *(f"sdpa-{b}" for b in PINNED), "flex_attention", "kernel")
+ALIASES = {"flex": "flex_attention"}
+_NOT_TAKEN = ("sliding_window", "softcap", "s_aux")  # attention features a `Variant` call cannot express
+
+
+@dataclass(frozen=True)
+class AttentionImpl:
+    """`attn_implementation` to build the model with, a context active while it runs, or why it cannot run."""
+
+    name: str
+    attn_implementation: str
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    rejected: str | None = None
+    description: str = ""
+
+
+def resolve_impls(spec: str | None, device: str, *, workload: Workload | None = None,
+                  kernel=None) -> list[AttentionImpl]:
+    """`"eager,sdpa,pkg.mod:fn"` (default: every KNOWN name) → implementations, unknown names a UsageError.
+
+    `workload` (the model's attention call, `models.attention_workload`) lets a pinned SDPA backend and every
+    variant be refused up front with its own reason. `kernel` is the parsed `--kernel` (default flash-triton).
+    """
+    from attnprof.variants.kernel_hub import DEFAULT, kernel_variant
+    from attnprof.variants.user import load_user_variant
+
+    names = [n.strip() for n in spec.split(",") if n.strip()] if spec else list(KNOWN)
+    if not names:
+        raise UsageError("the list of attention implementations is empty; known: " + ", ".join(KNOWN))
+    out = []
+    for raw in dict.fromkeys(names):
+        name = ALIASES.get(raw, raw)
+        if ":" in name:
+            out.append(from_variant(load_user_variant(name), workload, description="user function"))
+        elif name in ("eager", "sdpa", "flex_attention"):
+            out.append(AttentionImpl(name, name, description=f"transformers' {name!r}"))
+        elif name.startswith("sdpa-") and name[5:] in PINNED:
+            out.append(_pinned(name[5:], device, workload))
+        elif name == "kernel":
+            out.append(from_variant(kernel_variant(kernel or DEFAULT), workload,
+                                    description="stage-four kernel via the kernels library"))
+        else:
+            raise UsageError(f"unknown attention implementation {raw!r}; known: {', '.join(KNOWN)}, flex, "
+                             "or package.module:function")
+    return out
+
+
+def _pinned(backend: str, device: str, workload: Workload | None) -> AttentionImpl:
+    from torch.nn.attention import sdpa_kernel
+
+    from attnprof.audit.sdpa_checks import BACKENDS, backend_refusal
+
+    reason = backend_refusal(backend, workload) if workload is not None else None
+    if reason is None and backend != "math" and not device.startswith("cuda") and backend != "flash":
+        reason = f"SDPA's {backend} backend has no CPU kernel"
+    return AttentionImpl(f"sdpa-{backend}", "sdpa", context=lambda: sdpa_kernel([BACKENDS[backend]]),
+                         rejected=f"sdpa-{backend}: {reason}" if reason else None,
+                         description=f"transformers' 'sdpa' with sdpa_kernel([{backend}])")
+
+
+def from_variant(variant: Variant, workload: Workload | None, *, description: str = "") -> AttentionImpl:
+    """A registry variant as a model implementation: refused with `supports(workload)`'s reason, else registered."""
+    if workload is not None:
+        verdict = variant.supports(workload)
+        if not verdict.ok:
+            return AttentionImpl(variant.name, "", rejected=verdict.reason, description=description)
+    return AttentionImpl(variant.name, register_variant(variant), description=description or variant.description)
+
+
+def attn_name(variant: Variant) -> str:
+    """The `attn_implementation` name a variant is registered under: no ":" or "/" (transformers reads those as Hub
+    kernel repos) and no "flash" (read as the flash-attn package)."""
+    base = "kernel" if variant.name == "kernel" else "user_" + variant.name if variant.family == "user" else variant.name
+    return "attnprof_" + "".join(c if c.isalnum() else "_" for c in base).replace("flash", "fl_ash")
+
+
+def register_variant(variant: Variant) -> str:
+    """Register `variant` with transformers' `AttentionInterface` (and `sdpa_mask` as its mask function); return the
+    `attn_implementation` name. See the module docstring for what the adapter does."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    verdicts: dict[tuple, object] = {}  # one supports() per distinct call envelope, not per layer and step
+
+    def forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+                is_causal: bool | None = None, **kwargs):
+        # query [B, Hq, Sq, D], key/value [B, Hkv, Sk, D]; attention_mask bool [B, 1, Sq, Sk] or None
+        for feature in _NOT_TAKEN:
+            if kwargs.get(feature) is not None:
+                raise ValueError(f"{variant.name}: {feature} is not supported by an attnprof variant")
+        if dropout and module.training:
+            raise ValueError(f"{variant.name}: dropout is not supported (forward-only inference)")
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        causal = attention_mask is None and bool(is_causal if is_causal is not None else
+                                                 getattr(module, "is_causal", True))
+        workload = _call_workload(query, key, attention_mask, causal)
+        key_ = (workload, query.requires_grad)
+        if key_ not in verdicts:
+            verdicts[key_] = variant.supports(workload)
+        verdict = verdicts[key_]
+        if not verdict.ok:
+            raise ValueError(verdict.reason)
+        valid = attention_mask if attention_mask is not None and attention_mask.dtype == torch.bool else None
+        out = variant.fn(Inputs(query, key, value, causal=causal, scale=scale, attn_mask=attention_mask, valid=valid))
+        if tuple(getattr(out, "shape", ())) != tuple(query.shape):
+            got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
+            raise UsageError(f"{variant.name} returned {got} inside the model, expected {tuple(query.shape)} "
+                             "[B, Hq, Sq, D]")
+        return out.transpose(1, 2).contiguous(), None  # [B, Hq, Sq, D] -> [B, Sq, Hq, D], as transformers expects
+
+    name = attn_name(variant)
+    AttentionInterface.register(name, forward)
+    AttentionMaskInterface.register(name, sdpa_mask)
+    return name
+
+
+_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+def _call_workload(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> Workload:
+    """One attention call of the model as a `Workload` (shapes, dtype, mask kind, device)."""
+    b, hq, sq, d = query.shape
+    kind = "none" if mask is None else "bool" if mask.dtype == torch.bool else "additive"
+    return Workload(batch=b, heads=hq, kv_heads=key.shape[1], seq=sq, kv_seq=key.shape[2], head_dim=d,
+                    dtype=_DTYPE_NAMES.get(query.dtype, "fp32"), causal=causal, mask=kind, device=str(query.device))
