@@ -28,8 +28,9 @@ import torch
 from attnprof.bench.ceilings import measure_matmul
 from attnprof.bench.flops import tflops
 from attnprof.commands.common import add_kernel_args
+from attnprof.files import write_atomic, write_json
 from attnprof.numerics.compare import compare
-from attnprof.report.records import provenance, write_atomic, write_json
+from attnprof.provenance import provenance
 from attnprof.run import run
 from attnprof.variants import VARIANTS, Variant, kernel_hub
 from attnprof.workload import Inputs, Workload

@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.ablate:
         result["arms_ms_p50"] = {name: round(statistics.median(t), 4) for name, t in times.items()}
     result.update(_per_call_costs(device))
-    from attnprof.report.records import provenance, write_json
+    from attnprof.files import write_json
+    from attnprof.provenance import provenance
 
     result["provenance"] = provenance(device)
     print(f"{args.model} {args.batch}x{args.seq} {dtype} on {result['provenance']['device']}: forward "

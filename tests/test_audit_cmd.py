@@ -7,7 +7,7 @@ import json
 import pytest
 
 from attnprof.cli import main
-from attnprof.report.records import read_json
+from attnprof.files import read_json
 
 GRID = ["audit", "--device", "cpu", "--head-dims", "64,59", "--dtypes", "fp32", "--batch", "1", "--heads", "2",
         "--seq", "8"]

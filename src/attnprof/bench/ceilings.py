@@ -20,7 +20,8 @@ import torch
 
 from attnprof.bench.timing import time_call
 from attnprof.errors import UsageError, first_line
-from attnprof.report.records import device_name, provenance, write_json
+from attnprof.files import write_json
+from attnprof.provenance import device_name, provenance
 
 SCHEMA = "attnprof.ceilings/1"
 

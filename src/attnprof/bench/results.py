@@ -96,7 +96,7 @@ def read_results(path: Path, *, strict_tail: bool = False) -> tuple[list[dict[st
 
 def rewrite_without_tail(path: Path, rows: list[dict[str, Any]]) -> None:
     """Replace the file with its complete rows only (write, then rename), before a resumed sweep appends."""
-    from attnprof.report.records import write_atomic
+    from attnprof.files import write_atomic
 
     text = "".join(json.dumps(r, separators=(",", ":"), default=str) + "\n" for r in rows)
     write_atomic(path, text)

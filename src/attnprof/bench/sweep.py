@@ -23,7 +23,7 @@ from attnprof.bench.ceilings import Ceilings, percent
 from attnprof.bench.results import SCHEMA, append_line, read_results, rewrite_without_tail, speedups
 from attnprof.bench.spec import Cell
 from attnprof.errors import UsageError
-from attnprof.report.records import provenance
+from attnprof.provenance import provenance
 from attnprof.run import run
 
 

@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.audit.sdpa_checks import preferred_backend
     from attnprof.commands.common import emit_json, out_dir
     from attnprof.errors import CheckFailed, UsageError
-    from attnprof.report.records import provenance, write_atomic, write_json
+    from attnprof.files import write_atomic, write_json
+    from attnprof.provenance import provenance
     from attnprof.report.render import err, progress
     from attnprof.workload import dtype_name, resolve_device
 

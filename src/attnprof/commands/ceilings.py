@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
     from attnprof.bench.ceilings import cache_key, cache_path, get_ceilings, measure_ceilings, store
     from attnprof.errors import UsageError
-    from attnprof.report.records import write_json
+    from attnprof.files import write_json
     from attnprof.report.render import err, fmt, out
     from attnprof.workload import resolve_device
 

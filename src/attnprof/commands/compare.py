@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.bench.compare import compare
     from attnprof.bench.results import read_results, results_path
     from attnprof.errors import CheckFailed, UsageError
-    from attnprof.report.records import provenance, write_json
+    from attnprof.files import write_json
+    from attnprof.provenance import provenance
     from attnprof.report.render import err, fmt, out
 
     if not 0 <= args.min_change < 1:

@@ -137,7 +137,8 @@ def _fits(length: int, max_pos: int, model: str, flag: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnprof.commands.common import emit_json, out_dir
-    from attnprof.report.records import provenance, write_atomic, write_json
+    from attnprof.files import write_atomic, write_json
+    from attnprof.provenance import provenance
     from attnprof.report.render import err, progress
     from attnprof.serving import serve_report
     from attnprof.serving.throughput import resolve_impls

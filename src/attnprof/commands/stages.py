@@ -30,7 +30,8 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnprof.errors import UsageError
-    from attnprof.report.records import provenance, write_atomic, write_json
+    from attnprof.files import write_atomic, write_json
+    from attnprof.provenance import provenance
     from attnprof.report.render import err, progress
     from attnprof.report.stages_report import markdown, print_terminal, results_json
     from attnprof.stages import run_stages

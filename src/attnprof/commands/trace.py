@@ -41,8 +41,9 @@ def parse_size(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from attnprof.audit.tracecheck import analyze
     from attnprof.commands.common import emit_json
+    from attnprof.files import write_atomic, write_json
     from attnprof.profiling.trace import load_trace
-    from attnprof.report.records import provenance, write_atomic, write_json
+    from attnprof.provenance import provenance
 
     trace = load_trace(args.file, max_bytes=parse_size(args.max_bytes))
     report = analyze(trace)

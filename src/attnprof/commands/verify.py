@@ -54,10 +54,11 @@ def run(args: argparse.Namespace) -> int:
 
     from attnprof.commands.common import kernel_from_args
     from attnprof.errors import CheckFailed, UsageError
+    from attnprof.files import write_atomic, write_json
     from attnprof.numerics.gate import Rule
     from attnprof.numerics.model import ModelRule
     from attnprof.numerics.report import SCHEMA, markdown
-    from attnprof.report.records import provenance, write_atomic, write_json
+    from attnprof.provenance import provenance
     from attnprof.report.render import err
     from attnprof.workload import resolve_device
 

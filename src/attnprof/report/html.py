@@ -13,9 +13,9 @@ import html
 from pathlib import Path
 from typing import Any
 
+from attnprof.files import write_atomic
 from attnprof.report import bench_tables as T
 from attnprof.report.plots import PLOTS, render
-from attnprof.report.records import write_atomic
 from attnprof.report.render import md_escape, md_table
 
 _CSS = """

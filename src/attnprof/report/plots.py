@@ -17,7 +17,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from attnprof.report.records import write_atomic
+from attnprof.files import write_atomic
 
 PLOTS = (("tflops.png", "TFLOP/s against sequence length, with the measured matmul ceiling"),
          ("speedup.png", "Speedup over naive on the same workload"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -39,3 +40,9 @@ def md_table(headers: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(md_escape(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def env_note(prov: dict[str, Any]) -> str:
+    """One markdown line naming the recorded environment, or "" when nothing relevant was set."""
+    env = prov.get("env") or {}
+    return ("Environment: " + ", ".join(f"`{k}={v}`" for k, v in env.items()) + ".") if env else ""

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from attnprof.report.records import env_note
-from attnprof.report.render import fmt, md_escape, md_table, out
+from attnprof.report.render import env_note, fmt, md_escape, md_table, out
 from attnprof.stages import StageResult
 
 SCHEMA = "attnprof.stages/1"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from attnprof.report.records import env_note, write_atomic
-from attnprof.report.render import fmt, md_table
+from attnprof.files import write_atomic
+from attnprof.report.render import env_note, fmt, md_table
 
 
 def _pct(x) -> str:

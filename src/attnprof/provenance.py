@@ -1,26 +1,22 @@
-"""Provenance on every number, and files that are never half-written.
+"""Provenance: the block that travels with every number (device, versions, git sha, seed, command line, and the
+set environment variables that change attention), so a figure can always say where it came from.
 
-Every result file carries `schema` (`attnprof.<command>/<version>`) and a `provenance` block: the device and the
-versions that produced it, the git sha, the seed and the command line. Files are written to a temporary name and
-renamed into place, so a crash or a full disk never leaves a file that looks complete.
+Versions are read from package metadata, never by importing (importing transformers alone costs seconds); the git
+sha falls back to `ATTNPROF_GIT_SHA` on machines where `.git` does not travel.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import functools
-import json
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
-
-from attnprof.errors import UsageError
 
 
 @functools.cache
@@ -76,12 +72,6 @@ def attention_env() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES) and not k.endswith("_DIR")}
 
 
-def env_note(prov: dict[str, Any]) -> str:
-    """One markdown line naming the recorded environment, or "" when nothing relevant was set."""
-    env = prov.get("env") or {}
-    return ("Environment: " + ", ".join(f"`{k}={v}`" for k, v in env.items()) + ".") if env else ""
-
-
 def provenance(device: str, seed: int | None = None, argv: list[str] | None = None) -> dict[str, Any]:
     """The block that travels with every number."""
     cuda = device.startswith("cuda") and torch.cuda.is_available()
@@ -106,55 +96,3 @@ def provenance(device: str, seed: int | None = None, argv: list[str] | None = No
         block["compute_capability"] = f"{props.major}.{props.minor}"
         block["sm_count"] = props.multi_processor_count
     return block
-
-
-def write_atomic(path: Path, text: str | bytes) -> Path:
-    """Write to a temporary file in the same folder, then rename: readers see all of it or none of it."""
-    path = Path(path)
-    mode = "wb" if isinstance(text, bytes) else "w"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-        try:
-            with os.fdopen(fd, mode) as fh:
-                fh.write(text)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is as readable as any file the user makes
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return path
-
-
-def write_json(path: Path, obj: Any) -> Path:
-    return write_atomic(path, json.dumps(obj, indent=2, default=_jsonable) + "\n")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (torch.dtype, torch.device)):
-        return str(value)
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def read_json(path: Path, schema_prefix: str | None = None) -> dict:
-    """Read a result file; a missing, unparsable or foreign file is a UsageError naming it."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path}: not a readable JSON result file ({exc})") from None
-    if schema_prefix is not None:
-        schema = data.get("schema") if isinstance(data, dict) else None
-        if not isinstance(schema, str) or not schema.startswith(schema_prefix):
-            raise UsageError(f"{path}: schema {schema!r} is not {schema_prefix}*")
-    return data
