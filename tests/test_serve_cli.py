@@ -160,7 +160,7 @@ def test_the_answer_says_where_a_slower_implementation_loses_its_time():
     assert "slow-gpu loses 18 ms per step to eager (its profiled steps took 34 ms, eager's 16); the GPU is busy 20 ms per step against eager's 2.4." in text
     assert "close loses" not in text  # 0.5 ms of 15: within the noise the sentence ignores
 
-    from attnprof.serving.serve_report import _static_rows
+    from attnprof.report.serve_report import _static_rows
 
     assert _static_rows(rows, "prefill")[1][6] == "0.1 / 1.75"  # the table's "attention ms/step (GPU / host)"
 

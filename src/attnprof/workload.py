@@ -194,6 +194,22 @@ class Workload:
                       attn_mask=attn_mask, valid=valid)
 
 
+def check_runs_here(w: Workload) -> None:
+    """UsageError when this device cannot compute in the workload's dtype (bf16 on an old GPU, fp16 on some CPUs)."""
+    if w.device.startswith("cuda") and w.dtype == "bf16" and not torch.cuda.is_bf16_supported():
+        raise UsageError(f"{w.device} ({torch.cuda.get_device_name()}) cannot run bf16; use --dtype fp16")
+    if w.device == "cpu" and w.dtype == "fp16" and not _cpu_half_matmul_ok():
+        raise UsageError("this CPU build of torch cannot multiply fp16 matrices; use --dtype fp32 or bf16")
+
+
+def _cpu_half_matmul_ok() -> bool:
+    try:
+        torch.ones(2, 2, dtype=torch.float16) @ torch.ones(2, 2, dtype=torch.float16)
+    except RuntimeError:
+        return False
+    return True
+
+
 def default_workload(device: str) -> tuple[Workload, str]:
     """The default workload for a device, and the sentence that says why it was chosen."""
     if device.startswith("cuda"):

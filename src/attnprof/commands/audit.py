@@ -51,12 +51,12 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
 def run(args: argparse.Namespace) -> int:
     from attnprof.audit.envelope import grid, run_grid
     from attnprof.audit.reasons import explain
-    from attnprof.audit.report import markdown, print_terminal, rows_from_cells, rows_from_records
     from attnprof.audit.sdpa_checks import preferred_backend
     from attnprof.commands.common import emit_json, out_dir
     from attnprof.errors import CheckFailed, UsageError
     from attnprof.files import write_atomic, write_json
     from attnprof.provenance import provenance
+    from attnprof.report.audit_report import markdown, print_terminal, rows_from_cells, rows_from_records
     from attnprof.report.render import err, progress
     from attnprof.workload import dtype_name, resolve_device
 

@@ -70,7 +70,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
 
 def workload_from_args(args: argparse.Namespace):
     """The workload the flags describe (a `Workload`), and one sentence on which defaults filled the rest."""
-    from attnprof.workload import default_workload, resolve_device
+    from attnprof.workload import check_runs_here, default_workload, resolve_device
 
     device = resolve_device(args.device)
     base, why = default_workload(device)
@@ -86,29 +86,10 @@ def workload_from_args(args: argparse.Namespace):
     if "seq" in changes and "kv_seq" not in changes:
         changes["kv_seq"] = changes["seq"]
     workload = base.replace(**changes)
-    _check_dtype_runs(workload)
+    check_runs_here(workload)
     if named:
         why = f"{why}; overridden by flags: {', '.join(named)}"
     return workload, why
-
-
-def _check_dtype_runs(w) -> None:
-    import torch
-
-    if w.device.startswith("cuda") and w.dtype == "bf16" and not torch.cuda.is_bf16_supported():
-        raise UsageError(f"{w.device} ({torch.cuda.get_device_name()}) cannot run bf16; use --dtype fp16")
-    if w.device == "cpu" and w.dtype == "fp16" and not _cpu_half_matmul_ok():
-        raise UsageError("this CPU build of torch cannot multiply fp16 matrices; use --dtype fp32 or bf16")
-
-
-def _cpu_half_matmul_ok() -> bool:
-    import torch
-
-    try:
-        torch.ones(2, 2, dtype=torch.float16) @ torch.ones(2, 2, dtype=torch.float16)
-    except RuntimeError:
-        return False
-    return True
 
 
 def out_dir(args: argparse.Namespace, command: str) -> Path:

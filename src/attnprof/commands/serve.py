@@ -139,8 +139,8 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.commands.common import emit_json, out_dir
     from attnprof.files import write_atomic, write_json
     from attnprof.provenance import provenance
+    from attnprof.report import serve_report
     from attnprof.report.render import err, progress
-    from attnprof.serving import serve_report
     from attnprof.serving.throughput import resolve_impls
     from attnprof.workload import resolve_device
 

@@ -15,10 +15,8 @@ import shlex
 import sys
 
 from attnprof.commands.common import add_output_args, add_variants_arg, add_workload_args, emit_json, out_dir
+from attnprof.kinds import VERIFY_VARIANTS
 
-# Every backend one could roll out; naive/inplace are the baseline itself (plain PyTorch), the oracle is the oracle.
-DEFAULT_VARIANTS = ("sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "flex", "kernel")
-BASELINE_ITSELF = ("naive", "inplace")  # never verified: rows that would compare the baseline with itself
 _WORKLOAD_FLAGS = ("batch", "heads", "kv_heads", "seq", "kv_seq", "head_dim", "causal", "mask")
 
 
@@ -26,7 +24,7 @@ def register(sub) -> None:
     p = sub.add_parser("verify", help="numerics gate: every backend vs the fp64 oracle, and a model's logits",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_workload_args(p)
-    add_variants_arg(p, "default: " + ",".join(DEFAULT_VARIANTS))
+    add_variants_arg(p, "default: " + ",".join(VERIFY_VARIANTS))
     add_output_args(p)
     p.set_defaults(seed=None)
     g = p.add_argument_group("gate")
@@ -57,14 +55,15 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.files import write_atomic, write_json
     from attnprof.numerics.gate import Rule
     from attnprof.numerics.model import ModelRule
-    from attnprof.numerics.report import SCHEMA, markdown
+    from attnprof.numerics.verify import SCHEMA, dtypes_for
     from attnprof.provenance import provenance
     from attnprof.report.render import err
+    from attnprof.report.verify_report import markdown
     from attnprof.workload import resolve_device
 
-    kernel_from_args(args)  # both levels load the stage-four kernel from --kernel: bad syntax fails now
+    kernel = kernel_from_args(args)  # both levels load the stage-four kernel from --kernel: bad syntax fails now
     device = resolve_device(args.device)
-    dtypes = _dtypes(args, device)
+    dtypes = dtypes_for(args.dtype, device)
     level = args.level or ("model" if args.model else "kernel")
     if level != "kernel" and not args.model:
         raise UsageError(f"--level {level} needs --model PRESET")
@@ -77,16 +76,17 @@ def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31 - 10_000)
     err.print(f"[dim]seed {seed} (pass --seed {seed} to reproduce)[/dim]")
     folder = out_dir(args, "verify")
+    rule = Rule(k=args.k, masked_rows=args.masked_rows)
     data: dict = {"schema": SCHEMA, "provenance": provenance(device, seed=seed), "seed": seed,
-                  "rule": Rule(k=args.k, masked_rows=args.masked_rows).to_json(), "kernel": None, "model": None}
+                  "rule": rule.to_json(), "kernel": None, "model": None}
     failures: list[str] = []
     if level in ("kernel", "both"):
-        data["kernel"], kernel_failures = _kernel_level(args, device, dtypes, seed)
+        data["kernel"], kernel_failures = _kernel_level(args, device, dtypes, seed, rule)
         failures += kernel_failures
     if level in ("model", "both"):
-        rule = ModelRule(k=args.k, min_prefix=args.min_prefix)
-        data["model_rule"] = rule.to_json()
-        data["model"], model_failures = _model_level(args, device, dtypes, seed, rule)
+        model_rule = ModelRule(k=args.k, min_prefix=args.min_prefix)
+        data["model_rule"] = model_rule.to_json()
+        data["model"], model_failures = _model_level(args, device, dtypes, seed, model_rule, kernel)
         failures += model_failures
     data["ok"] = not failures
     data["failures"] = failures
@@ -104,113 +104,55 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dtypes(args, device: str) -> list[str]:
-    from attnprof.commands.common import _check_dtype_runs
-    from attnprof.workload import Workload, dtype_name
-
-    if args.dtype:
-        names = [dtype_name(d.strip()) for d in args.dtype.split(",") if d.strip()]
-    else:
-        names = ["bf16", "fp16"] if device.startswith("cuda") else ["fp32", "bf16"]
-    for d in names:
-        _check_dtype_runs(Workload(dtype=d, device=device))
-    return list(dict.fromkeys(names))
-
-
 def _cases(args, device: str, dtype: str):
+    """`--batch …` flags name one workload (case "given"); else the default cases, or the `--cases` subset."""
     from attnprof.commands.common import workload_from_args
-    from attnprof.errors import UsageError
-    from attnprof.numerics.cases import Case, default_cases
+    from attnprof.numerics.cases import Case
+    from attnprof.numerics.verify import cases_for
 
     if any(getattr(args, f) is not None for f in _WORKLOAD_FLAGS):
-        one = argparse.Namespace(**{**vars(args), "dtype": dtype})
-        workload, why = workload_from_args(one)
+        workload, why = workload_from_args(argparse.Namespace(**{**vars(args), "dtype": dtype}))
         return [Case("given", workload, why)]
-    cases = default_cases(device, dtype)
-    if args.cases:
-        wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
-        known = [c.name for c in cases]
-        bad = [c for c in wanted if c not in known]
-        if bad:
-            raise UsageError(f"unknown case {bad[0]!r}; cases: {', '.join(known)}")
-        cases = [c for c in cases if c.name in wanted]
-    return cases
+    return cases_for(device, dtype, args.cases)
 
 
-def _kernel_level(args, device: str, dtypes: list[str], seed: int):
-    from rich.console import Group
-    from rich.markup import escape
-
+def _kernel_level(args, device: str, dtypes: list[str], seed: int, rule):
     from attnprof.commands.common import variants_from_args
-    from attnprof.errors import UsageError
-    from attnprof.numerics.gate import Rule
-    from attnprof.numerics.kernel import verify_kernels
-    from attnprof.numerics.report import kernel_table, variant_summary
-    from attnprof.report.render import err, out, progress
+    from attnprof.numerics.verify import kernel_level
+    from attnprof.report.render import err, progress
+    from attnprof.report.verify_report import print_kernel_level
 
-    variants = variants_from_args(args, DEFAULT_VARIANTS)
-    skipped = {v.name: "plain PyTorch: the gate's baseline itself, so comparing it proves nothing"
-               for v in variants if v.name in BASELINE_ITSELF}
-    variants = [v for v in variants if v.name not in skipped]
-    if not variants:
-        raise UsageError(f"--variants {args.variants}: {', '.join(skipped)} is plain PyTorch, the gate's own "
-                         "baseline; name a backend to verify (default: " + ",".join(DEFAULT_VARIANTS) + ")")
-    if skipped:
-        err.print(f"[dim]not verified: {', '.join(skipped)} (plain PyTorch, the gate's baseline)[/dim]")
+    variants = variants_from_args(args, VERIFY_VARIANTS)
     cases = [c for d in dtypes for c in _cases(args, device, d)]
-    rule = Rule(k=args.k, masked_rows=args.masked_rows)
     with progress() as bar:
         task = bar.add_task("verify", total=len(cases))
+        done: list = []
 
         def on_case(case) -> None:
             bar.update(task, description=f"{case.name} {case.workload.dtype}", advance=0 if not done else 1)
             done.append(case)
 
-        done: list = []
-        runs = verify_kernels(variants, cases, seed=seed, rule=rule, on_case=on_case)
+        result = kernel_level(variants, cases, dtypes, seed=seed, rule=rule, on_case=on_case)
         bar.update(task, completed=len(cases), description="kernel level done")
-    summary = variant_summary(runs)
-    out.print(Group(*(kernel_table(runs, d) for d in dtypes)))
-    for name, s in summary.items():
-        if s["status"] == "fail":
-            f = s["failures"][0]
-            out.print(f"[red]✗ {escape(name)}[/red] ({s['fail'] + s['error']} case(s)); first: {f['case']} "
-                      f"{f['dtype']}: {escape(f['reason'] or '')}"
-                      + (f"\n    [yellow]{escape(f['hint'])}[/yellow]" if f["hint"] else ""))
-        elif s["rejections"] and not s["pass"]:
-            out.print(f"[dim]– {escape(name)} rejected: {escape(s['rejections'][0]['reason'] or '')}[/dim]")
-    failures = [f"{n} ({s['failures'][0]['case']} {s['failures'][0]['dtype']}: "
-                f"{(s['failures'][0]['hint'] or s['failures'][0]['reason'] or '')[:160]})"
-                for n, s in summary.items() if s["status"] == "fail"]
-    return ({"dtypes": dtypes, "variants": [v.name for v in variants], "not_verified": skipped,
-             "cases": [r.to_json() for r in runs], "summary": summary}, failures)
+    if result.not_verified:
+        err.print(f"[dim]not verified: {', '.join(result.not_verified)} (plain PyTorch, the gate's baseline)[/dim]")
+    block = result.to_json()
+    print_kernel_level(block, list(result.runs))
+    return block, result.failures()
 
 
-def _model_level(args, device: str, dtypes: list[str], seed: int, rule):
-    from attnprof.commands.common import kernel_from_args
-    from attnprof.models import attention_workload
-    from attnprof.models.attention import KNOWN, resolve_impls
-    from attnprof.numerics.model import verify_model
-    from attnprof.numerics.report import model_table
+def _model_level(args, device: str, dtypes: list[str], seed: int, rule, kernel):
+    from attnprof.models.attention import KNOWN
+    from attnprof.numerics.verify import model_level
     from attnprof.report.render import err, out
+    from attnprof.report.verify_report import model_table
 
     spec = args.impls
     if spec is None:
         users = [n.strip() for n in (args.variants or "").split(",") if ":" in n]
         spec = ",".join([*KNOWN, *users])
-    kernel = kernel_from_args(args)
-
-    def impls(dtype, config):
-        w = attention_workload(config, batch=args.model_batch, seq=args.model_seq, dtype=dtype, device=device,
-                               mask="pad-left")  # the left-padded batch of numerics.model
-        return resolve_impls(spec, device, workload=w, kernel=kernel)
-
-    resolve_impls(spec, device, kernel=kernel)  # unknown names and bad user functions fail before the model is built
-    report = verify_model(args.model, impls, dtypes, device=device, seed=seed, batch=args.model_batch,
-                          seq=args.model_seq, decode_tokens=args.decode_tokens, rule=rule,
-                          on_step=lambda s: err.print(f"[dim]model: {s}[/dim]"))
-    report.pop("_results")
+    report, failures = model_level(args.model, spec, device, dtypes, seed=seed, rule=rule, batch=args.model_batch,
+                                   seq=args.model_seq, decode_tokens=args.decode_tokens, kernel=kernel,
+                                   on_step=lambda s: err.print(f"[dim]model: {s}[/dim]"))
     out.print(model_table(report))
-    failures = [f"{r['impl']} {r['dtype']} on {args.model}: {r['reason']}" for r in report["results"]
-                if r["status"] in ("fail", "error")]
     return report, failures

@@ -1,4 +1,5 @@
-"""verify.json (schema attnprof.verify/1), the terminal table and the markdown summary for a pull request.
+"""How `attnprof verify` reads: the terminal tables and failure lines, and the markdown summary for a pull request
+(verify.json, schema attnprof.verify/1, is `numerics.verify`'s dict).
 
 Cells show the worst of the three ratios error / limit (max abs, norm-relative, effective scale): below 1
 passes, and the distance from 1 is the margin. Every failure is listed with its reasons and, where the error
@@ -12,8 +13,6 @@ import math
 from rich.table import Table
 
 from attnprof.numerics.kernel import CaseResult, CaseRun
-
-SCHEMA = "attnprof.verify/1"
 
 
 def ratio(r: CaseResult) -> float | None:
@@ -42,23 +41,6 @@ def cell(r: CaseResult, *, rich: bool) -> str:
     if r.status == "pass":
         return f"[green]✓ {text}[/green]" if rich else f"✓ {text}"
     return f"[red]✗ {text}[/red]" if rich else f"**✗ {text}**"
-
-
-def variant_summary(runs: list[CaseRun]) -> dict[str, dict]:
-    """variant → {status, counts, first failure reason and hint, rejection reasons}, over every case and dtype."""
-    out: dict[str, dict] = {}
-    for run in runs:
-        for r in run.results:
-            s = out.setdefault(r.variant, {"pass": 0, "fail": 0, "error": 0, "rejected": 0, "failures": [],
-                                           "rejections": []})
-            s[r.status] += 1
-            if r.status in ("fail", "error"):
-                s["failures"].append({"case": r.case, "dtype": r.dtype, "reason": r.reason, "hint": r.hint})
-            elif r.status == "rejected":
-                s["rejections"].append({"case": r.case, "dtype": r.dtype, "reason": r.reason})
-    for s in out.values():
-        s["status"] = ("fail" if s["fail"] or s["error"] else "pass" if s["pass"] else "rejected")
-    return out
 
 
 def kernel_table(runs: list[CaseRun], dtype: str) -> Table:
@@ -175,3 +157,21 @@ def _issues_md(summary: dict) -> list[str]:
             lines.append(f"- `{name}` ({cases}): " + " / ".join(reasons[:3]))
         lines.append("")
     return lines
+
+
+def print_kernel_level(level: dict, runs: list[CaseRun]) -> None:
+    """The per-dtype tables, then one line per failing variant (its first failure and hint) or rejected one."""
+    from rich.console import Group
+    from rich.markup import escape
+
+    from attnprof.report.render import out
+
+    out.print(Group(*(kernel_table(runs, d) for d in level["dtypes"])))
+    for name, s in level["summary"].items():
+        if s["status"] == "fail":
+            f = s["failures"][0]
+            out.print(f"[red]✗ {escape(name)}[/red] ({s['fail'] + s['error']} case(s)); first: {f['case']} "
+                      f"{f['dtype']}: {escape(f['reason'] or '')}"
+                      + (f"\n    [yellow]{escape(f['hint'])}[/yellow]" if f["hint"] else ""))
+        elif s["rejections"] and not s["pass"]:
+            out.print(f"[dim]– {escape(name)} rejected: {escape(s['rejections'][0]['reason'] or '')}[/dim]")
