@@ -38,15 +38,13 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from attnprof.bench.ceilings import get_ceilings
     from attnprof.bench.results import with_speedups
     from attnprof.bench.spec import build_grid
     from attnprof.bench.sweep import run_sweep
     from attnprof.errors import UsageError
     from attnprof.report import bench_tables as T
-    from attnprof.report.render import err, out, progress
+    from attnprof.report.render import err, progress
     from attnprof.workload import resolve_device
 
     if args.reps < 5 or args.warmup < 0:
@@ -76,14 +74,7 @@ def run(args: argparse.Namespace) -> int:
     for note in summary.notes:
         err.print(f"[yellow]{note}[/yellow]")
     rows = with_speedups(summary.rows)
-    table = Table(title=f"attnprof bench on {device}", caption=T.ceilings_line(rows), caption_justify="left")
-    for h in T.HEADERS:
-        table.add_column(h, overflow="fold")
-    for r in rows:
-        table.add_row(*T.cells(r), style={"oom": "red", "error": "red", "rejected": "yellow"}.get(r["status"]))
-    out.print(table)
-    for line in T.headline(rows):
-        out.print(line)
+    T.print_terminal(rows, device)
     counts = summary.counts()
     err.print(f"results: {path} ({summary.ran} cells run, {summary.skipped} already done; "
               + ", ".join(f"{k} {v}" for k, v in counts.items()) + f"); pictures: attnprof report {path.parent}")

@@ -25,14 +25,13 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from attnprof.bench.compare import compare
     from attnprof.bench.results import read_results, results_path
     from attnprof.errors import CheckFailed, UsageError
     from attnprof.files import write_json
     from attnprof.provenance import provenance
-    from attnprof.report.render import err, fmt, out
+    from attnprof.report.bench_tables import print_pairs
+    from attnprof.report.render import err, out
 
     if not 0 <= args.min_change < 1:
         raise UsageError(f"--min-change must be in [0, 1), got {args.min_change}")
@@ -44,15 +43,7 @@ def run(args: argparse.Namespace) -> int:
     pairs = compare(rows_a, rows_b, min_change=args.min_change)
     if not any(p.a and p.b for p in pairs):
         raise UsageError(f"{results_path(args.a)} and {results_path(args.b)} share no cell (variant + workload)")
-    dev = lambda rows: (rows[0].get("provenance") or {}).get("device") if rows else None  # noqa: E731
-    table = Table(title=f"A = {results_path(args.a)} ({dev(rows_a)})   B = {results_path(args.b)} ({dev(rows_b)})")
-    for h in ("variant", "workload", "A p50 ms (p20–p80)", "B p50 ms (p20–p80)", "B / A", "verdict", "why"):
-        table.add_column(h, overflow="fold")
-    style = {"regression": "bold red", "improvement": "green", "status-change": "yellow"}
-    for p in pairs:
-        table.add_row(p.variant, p.label, _lat(p.a, fmt), _lat(p.b, fmt), fmt(p.ratio, ".3f"), p.verdict, p.why,
-                      style=style.get(p.verdict))
-    out.print(table)
+    print_pairs(pairs, results_path(args.a), results_path(args.b), rows_a, rows_b)
     regressions = [p for p in pairs if p.verdict == "regression"]
     folder = out_dir(args, "compare")
     data = {"schema": "attnprof.compare/1", "provenance": provenance("cpu", seed=None),
@@ -68,12 +59,3 @@ def run(args: argparse.Namespace) -> int:
         raise CheckFailed(f"{len(regressions)} cell(s) slower beyond the run-to-run spread: "
                           + "; ".join(f"{p.key} ({p.why})" for p in regressions[:5]))
     return 0
-
-
-def _lat(row, fmt) -> str:
-    if row is None:
-        return "–"
-    if row["status"] != "ok":
-        return row["status"]
-    lat = row["latency_ms"]
-    return f"{fmt(lat['p50'], '.4g')} ({fmt(lat['p20'], '.3g')}–{fmt(lat['p80'], '.3g')})"

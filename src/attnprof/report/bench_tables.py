@@ -76,3 +76,45 @@ def headline(rows: list[dict[str, Any]]) -> list[str]:
             lo, hi = min(mem, key=lambda t: t[1]), max(mem, key=lambda t: t[1])
             lines.append(f"{name}: naive's peak memory is {lo[1]:.3g}× (S={lo[0]}) to {hi[1]:.3g}× (S={hi[0]}) this one's")
     return lines
+
+
+def print_terminal(rows: list[dict], device: str) -> None:
+    """`attnprof bench`'s table (every speed beside its ceiling) and its headline claims."""
+    from rich.table import Table
+
+    from attnprof.report.render import out
+
+    table = Table(title=f"attnprof bench on {device}", caption=ceilings_line(rows), caption_justify="left")
+    for h in HEADERS:
+        table.add_column(h, overflow="fold")
+    for r in rows:
+        table.add_row(*cells(r), style={"oom": "red", "error": "red", "rejected": "yellow"}.get(r["status"]))
+    out.print(table)
+    for line in headline(rows):
+        out.print(line)
+
+
+def print_pairs(pairs, path_a, path_b, rows_a: list[dict], rows_b: list[dict]) -> None:
+    """`attnprof compare`'s table: each cell's p50 (p20–p80) in A and B, the ratio and the verdict with its why."""
+    from rich.table import Table
+
+    from attnprof.report.render import out
+
+    dev = lambda rows: (rows[0].get("provenance") or {}).get("device") if rows else None  # noqa: E731
+    table = Table(title=f"A = {path_a} ({dev(rows_a)})   B = {path_b} ({dev(rows_b)})")
+    for h in ("variant", "workload", "A p50 ms (p20–p80)", "B p50 ms (p20–p80)", "B / A", "verdict", "why"):
+        table.add_column(h, overflow="fold")
+    style = {"regression": "bold red", "improvement": "green", "status-change": "yellow"}
+    for p in pairs:
+        table.add_row(p.variant, p.label, _lat(p.a, fmt), _lat(p.b, fmt), fmt(p.ratio, ".3f"), p.verdict, p.why,
+                      style=style.get(p.verdict))
+    out.print(table)
+
+
+def _lat(row, fmt) -> str:
+    if row is None:
+        return "–"
+    if row["status"] != "ok":
+        return row["status"]
+    lat = row["latency_ms"]
+    return f"{fmt(lat['p50'], '.4g')} ({fmt(lat['p20'], '.3g')}–{fmt(lat['p80'], '.3g')})"

@@ -253,3 +253,13 @@ def print_terminal(data: dict) -> None:
             table.add_row(*[str(c) for c in row])
         out.print(table)
     out.print(data["answer"])
+
+
+def json_line(data: dict, folder) -> dict:
+    """The `--json` line: the answer and the headline numbers of every row."""
+    static = ("impl", "batch", "context", "status", "tokens_per_s", "attention_share", "gain_over_eager")
+    stream = ("impl", "status", "completed", "failed", "output_tokens_per_s", "ttft_ms", "itl_ms", "gain_over_eager")
+    return {"schema": data["schema"], "out": str(folder), "answer": data["answer"],
+            "prefill": [{k: r[k] for k in static} for r in data["prefill"]],
+            "decode": [{k: r[k] for k in static} for r in data["decode"]],
+            "continuous": [{k: r[k] for k in stream} for r in data["continuous"]["results"]]}

@@ -1,0 +1,99 @@
+"""`attnprof serve`'s plan: every flag checked and defaulted (per device) before a model is built.
+
+`make_plan(flags, device)` reads the command's options by name from `flags` (an `argparse.Namespace`, or any object
+with the same attributes: the library can be driven without the CLI) and returns the plan as a dict: modes, model
+and its config, dtype, price, the prefill and decode grids, and the request stream. Bad values are UsageErrors.
+"""
+
+from __future__ import annotations
+
+from attnprof.errors import UsageError
+
+MODES = ("prefill", "decode", "continuous")
+# CPU defaults are tiny on purpose; the GPU ones are the issue's ~1B serving grid.
+DEFAULTS = {
+    "cpu": dict(model="tiny-llama", dtype="fp32", batch="1", context="64,128", decode_batch="1,4",
+                decode_context=64, new_tokens=8, requests=8, rate=20.0, prompt_median=48, output_median=8),
+    "cuda": dict(model="llama-1b", dtype="bf16", batch="1", context="1024,4096,8192", decode_batch="1,16,64",
+                 decode_context=1024, new_tokens=64, requests=64, rate=16.0, prompt_median=512, output_median=128),
+}
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        vals = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} takes comma-separated whole numbers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise UsageError(f"{flag} needs numbers >= 1, got {text!r}")
+    return vals
+
+
+def make_plan(args, device: str) -> dict:
+    """Every flag checked and defaulted before a model is built."""
+    from attnprof.models import load_config
+    from attnprof.serving.continuous import check_fits, load_requests, poisson_requests
+    from attnprof.serving.cost import DEFAULT_GPU_HOUR_PRICE, check_price
+    from attnprof.workload import dtype_name
+
+    d = DEFAULTS["cuda" if device.startswith("cuda") else "cpu"]
+    pick = lambda name: d[name] if getattr(args, name) is None else getattr(args, name)  # noqa: E731
+    modes = [m.strip() for m in args.mode.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise UsageError(f"--mode {args.mode!r}: choose from {', '.join(MODES)}")
+    price = check_price(DEFAULT_GPU_HOUR_PRICE if args.gpu_hour_price is None else args.gpu_hour_price)
+    model = pick("model")
+    config = load_config(model)
+    max_pos = int(getattr(config, "max_position_embeddings", 0) or 0)
+    plan = dict(modes=modes, model=model, config=config, dtype=dtype_name(pick("dtype")), price=price,
+                price_is_default=args.gpu_hour_price is None, max_positions=max_pos)
+    if args.reps < 1:
+        raise UsageError(f"--reps must be >= 1, got {args.reps}")
+    if "prefill" in modes:
+        plan["batch"], plan["context"] = _ints(pick("batch"), "--batch"), _ints(pick("context"), "--context")
+        _fits(max(plan["context"]), max_pos, model, "--context")
+    if "decode" in modes:
+        plan["decode_batch"] = _ints(pick("decode_batch"), "--decode-batch")
+        plan["decode_context"] = _ints(pick("decode_context"), "--decode-context")[0]
+        plan["new_tokens"] = _ints(pick("new_tokens"), "--new-tokens")[0]
+        if plan["new_tokens"] < 2:
+            raise UsageError("--new-tokens must be >= 2 (decode speed is timed between the first and last token)")
+        _fits(plan["decode_context"] + plan["new_tokens"], max_pos, model, "--decode-context + --new-tokens")
+    if "continuous" in modes:
+        rate = pick("rate")
+        if args.rate is not None and not args.rate > 0:
+            raise UsageError(f"--rate must be a positive number of requests per second, got {args.rate}")
+        if args.stream_timeout <= 0:
+            raise UsageError(f"--stream-timeout must be positive, got {args.stream_timeout}")
+        if args.request_file is not None:
+            requests = load_requests(args.request_file, rate=rate, seed=args.seed)
+        else:
+            pm, om = pick("prompt_median"), pick("output_median")
+            requests = poisson_requests(pick("requests"), rate, prompt_median=pm, prompt_sigma=args.prompt_sigma,
+                                        output_median=om, output_sigma=args.output_sigma,
+                                        max_prompt=args.max_prompt or int(4 * pm),
+                                        max_output=args.max_output or int(4 * om), seed=args.seed)
+        if max_pos:
+            check_fits(requests, max_pos)
+        plan["requests"], plan["rate"] = requests, rate
+    return plan
+
+
+def _fits(length: int, max_pos: int, model: str, flag: str) -> None:
+    if max_pos and length > max_pos:
+        raise UsageError(f"{flag} {length} is longer than {model} allows (max_position_embeddings {max_pos})")
+
+
+def stream_json(plan: dict, args) -> dict:
+    reqs = plan["requests"]
+    prompts = sorted(r.prompt_tokens for r in reqs)
+    outs = sorted(r.output_tokens for r in reqs)
+    return {"source": str(args.request_file) if args.request_file else "poisson", "requests": len(reqs),
+            "rate_per_s": plan["rate"] if not args.request_file else None,
+            "span_s": reqs[-1].arrival_s - reqs[0].arrival_s,
+            "prompt_tokens": {"total": sum(prompts), "p50": prompts[len(prompts) // 2], "max": prompts[-1]},
+            "output_tokens": {"total": sum(outs), "p50": outs[len(outs) // 2], "max": outs[-1]},
+            "prompt_sigma": args.prompt_sigma, "output_sigma": args.output_sigma,
+            "max_batch_tokens": args.max_batch_tokens, "num_blocks": args.num_blocks,
+            "timeout_s": args.stream_timeout}
