@@ -1,4 +1,5 @@
-"""`attnprof stages` end to end in a subprocess, the way a user runs it, and every bad input it must refuse."""
+"""`attnprof stages` end to end in a subprocess, the way a user runs it, and every bad input it must refuse
+(in-process through `cli.main`: the same code path, without paying for a fresh interpreter per case)."""
 
 import json
 import os
@@ -7,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from attnprof.cli import main
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 TINY = ["--batch", "1", "--heads", "2", "--seq", "48", "--head-dim", "32", "--reps", "20", "--steps", "2"]
@@ -49,6 +52,13 @@ def test_default_workload_is_explained(tmp_path):
     assert "default for CPU" in run.stdout + run.stderr
 
 
+def _stages(capsys, *args) -> tuple[int, list[str], str]:
+    """`attnprof stages TINY …` in this process: exit code, stderr lines, stdout."""
+    code = main(["stages", *TINY, *args])
+    captured = capsys.readouterr()
+    return code, captured.err.strip().splitlines(), captured.out
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--variants", "nope"], "unknown variant"),
     (["--heads", "6", "--kv-heads", "4"], "divisible"),
@@ -58,50 +68,59 @@ def test_default_workload_is_explained(tmp_path):
     (["--dtype", "fp7"], "dtype"),
     (["--variants", "os.path:nonexistent_fn"], "no attribute"),
     (["--variants", "no_such_module_xyz:f"], "cannot import"),
+    (["--steps", "0"], "--steps must be >= 1"),
+    (["--kernel", "not a repo!"], "neither an existing kernel repo"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
     if "cuda" in args and __import__("torch").cuda.is_available():
         pytest.skip("this machine has CUDA")
-    run = attnprof("stages", *TINY, "--out", str(tmp_path / "r"), *args)
-    assert run.returncode == 2, run.stderr
-    assert needle in run.stderr
-    assert "Traceback" not in run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1
+    code, err, _ = _stages(capsys, "--out", str(tmp_path / "r"), *args)
+    assert code == 2, err
+    assert len(err) == 1 and err[0].startswith("attnprof: error:") and needle in err[0]
     assert not (tmp_path / "r" / "results.json").exists()
 
 
-def test_unwritable_output_folder_is_exit_2(tmp_path):
+def test_unwritable_output_folder_is_exit_2(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    run = attnprof("stages", *TINY, "--out", str(blocker / "sub"), "--variants", "sdpa")
-    assert run.returncode == 2 and "Traceback" not in run.stderr
+    code, err, _ = _stages(capsys, "--out", str(blocker / "sub"), "--variants", "sdpa")
+    assert code == 2 and err[-1].startswith("attnprof: error: cannot create report folder")
 
 
-def test_user_function_with_wrong_output_shape_is_exit_2(tmp_path):
-    (tmp_path / "mine.py").write_text(
+def test_user_function_with_wrong_output_shape_is_exit_2(tmp_path, capsys, monkeypatch):
+    (tmp_path / "mine_wrong_shape.py").write_text(
         "def attn(q, k, v, *, causal, scale):\n    return q[:, :, :1]\n")
-    env_dir = str(tmp_path)
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + env_dir}
-    run = subprocess.run([sys.executable, "-m", "attnprof", "stages", *TINY, "--variants", "mine:attn",
-                          "--out", str(tmp_path / "r")], capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 2 and "expected a tensor of shape" in run.stderr
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err, _ = _stages(capsys, "--variants", "mine_wrong_shape:attn", "--out", str(tmp_path / "r"))
+    assert code == 2 and "expected a tensor of shape" in err[-1]
 
 
-def test_a_stage_that_runs_out_of_memory_is_reported_and_the_others_still_run(tmp_path):
-    (tmp_path / "greedy.py").write_text(
+def test_a_stage_that_runs_out_of_memory_is_reported_and_the_others_still_run(tmp_path, capsys, monkeypatch):
+    (tmp_path / "greedy_alloc.py").write_text(
         "import torch\n"
         "def attn(q, k, v, *, causal, scale):\n"
         "    torch.empty(1 << 50, dtype=torch.uint8)  # a petabyte: the allocator refuses\n"
         "    return q\n")
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + str(tmp_path)}
-    run = subprocess.run([sys.executable, "-m", "attnprof", "stages", *TINY, "--variants", "greedy:attn,sdpa",
-                          "--out", str(tmp_path / "r"), "--json", "--device", "cpu"],
-                         capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0, run.stderr
-    stages = {s["variant"]: s for s in json.loads(run.stdout.strip().splitlines()[-1])["stages"]}
-    assert stages["greedy:attn"]["status"] == "oom"
-    assert "1125899906842624 bytes" in stages["greedy:attn"]["reason"]  # the bytes it asked for
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err, out = _stages(capsys, "--variants", "greedy_alloc:attn,sdpa", "--out", str(tmp_path / "r"), "--json",
+                             "--device", "cpu")
+    assert code == 0, err
+    stages = {s["variant"]: s for s in json.loads(out.strip().splitlines()[-1])["stages"]}
+    assert stages["greedy_alloc:attn"]["status"] == "oom"
+    assert "1125899906842624 bytes" in stages["greedy_alloc:attn"]["reason"]  # the bytes it asked for
     assert stages["sdpa"]["status"] == "ok"
+
+
+def test_a_stage_with_a_nan_output_is_an_error_and_exit_1(tmp_path, capsys, monkeypatch):
+    (tmp_path / "nan_out.py").write_text(
+        "import torch\n"
+        "def attn(q, k, v, *, causal, scale):\n"
+        "    return torch.full_like(q, float('nan'))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err, _ = _stages(capsys, "--variants", "nan_out:attn,sdpa", "--out", str(tmp_path / "r"))
+    assert code == 1 and "nan_out:attn: non-finite output" in err[-1]
+    stages = {s["variant"]: s for s in json.loads((tmp_path / "r" / "results.json").read_text())["stages"]}
+    assert stages["nan_out:attn"]["status"] == "error" and stages["sdpa"]["status"] == "ok"
 
 
 def test_help_does_not_import_torch():
