@@ -49,15 +49,17 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def read_json(path: Path, schema_prefix: str | None = None) -> dict:
-    """Read a result file; a missing, unparsable or foreign file is a UsageError naming it."""
+def read_json(path: Path, schema_prefix: str | None = None, *, what: str = "JSON result file",
+              missing: str = "file") -> Any:
+    """Read a JSON file (a result file unless `what` says otherwise); a missing ("no such `missing`") or unparsable
+    file, or one of another schema than `schema_prefix`, is a UsageError naming it."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
+        raise UsageError(f"{path}: no such {missing}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path}: not a readable JSON result file ({exc})") from None
+        raise UsageError(f"{path}: not a readable {what} ({exc})") from None
     if schema_prefix is not None:
         schema = data.get("schema") if isinstance(data, dict) else None
         if not isinstance(schema, str) or not schema.startswith(schema_prefix):

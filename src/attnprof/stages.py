@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnprof.bench.flops import tflops
-from attnprof.bench.timing import Timing
 from attnprof.numerics.compare import Reference
 from attnprof.profiling.classify import UNEXPECTED
 from attnprof.profiling.summary import Summary
-from attnprof.run import Run, Status, run
+from attnprof.run import Run, run
 from attnprof.variants import Variant
 from attnprof.workload import Inputs, Workload
 
@@ -37,33 +36,11 @@ class StageResult:
     # SDPA calls that did not get this device's fastest backend: what ran, what was preferred, and why not
     dispatch: tuple[dict, ...] = ()
 
-    @property
-    def variant(self) -> str:
-        return self.run.variant
-
-    @property
-    def family(self) -> str:
-        return self.run.family
-
-    @property
-    def status(self) -> Status:
-        return self.run.status
-
-    @property
-    def reason(self) -> str | None:
-        return self.run.reason
-
-    @property
-    def summary(self) -> Summary | None:
-        return self.run.summary
-
-    @property
-    def timing(self) -> Timing | None:
-        return self.run.timing
-
-    @property
-    def peak_mib(self) -> float | None:
-        return self.run.peak_mib
+    def __getattr__(self, name: str):
+        """variant, family, status, reason, summary, timing, peak_mib: the `Run`'s own."""
+        if name == "run":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.run, name)
 
     @property
     def max_rel_err(self) -> float | None:

@@ -7,11 +7,11 @@ works wherever a preset name does. transformers is an optional dependency (`pip 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from attnprof.errors import UsageError
+from attnprof.files import read_json
 
 # name → (architecture, config fields). Llama-3-like shapes; the tiny ones run in seconds on a CPU.
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -48,12 +48,7 @@ def load_config(name_or_path: str, *, attn_implementation: str = "eager"):
         config = cls(**fields)
     elif path.suffix == ".json" or path.is_dir():
         file = path / "config.json" if path.is_dir() else path
-        try:
-            data = json.loads(file.read_text())
-        except FileNotFoundError:
-            raise UsageError(f"{file}: no such config file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UsageError(f"{file}: not a readable config.json ({exc})") from None
+        data = read_json(file, what="config.json", missing="config file")
         model_type = data.get("model_type") if isinstance(data, dict) else None
         if not model_type:
             raise UsageError(f"{file}: config has no model_type")
