@@ -45,7 +45,7 @@ from attnprof.errors import UsageError, first_line
 from attnprof.numerics.compare import Agreement, Reference
 from attnprof.numerics.gate import Gate, Verdict
 from attnprof.profiling.summary import Summary
-from attnprof.variants.base import Variant
+from attnprof.variants.base import Variant, check_output
 from attnprof.workload import Inputs, Workload
 
 T = TypeVar("T")
@@ -209,7 +209,7 @@ def _measure(variant: Variant, workload: Workload, inputs: Inputs | None, seed: 
         got.calls = tuple(calls)
         if peak is not None:
             got.peak_mib = peak.extra_mib
-        _check_shape(variant, out, inputs)
+        check_output(variant.name, out, inputs.q)
         if reference is not None:
             got.agreement = reference.compare(out, workload.dtype)
             if gate is not None:
@@ -229,14 +229,6 @@ def _measure(variant: Variant, workload: Workload, inputs: Inputs | None, seed: 
                                        else peak_mib(call, device))
     if reps:
         got.timing = time_call(call, device, warmup=warmup, reps=reps, l2_flush=l2_flush)
-
-
-def _check_shape(variant: Variant, out: object, inputs: Inputs) -> None:
-    """An output that is not `[B, Hq, Sq, D]` is the variant author's input error (a user function's, mostly)."""
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(inputs.q.shape):
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise UsageError(f"variant {variant.name!r} returned {got}, expected shape {tuple(inputs.q.shape)} "
-                         "[B, Hq, Sq, D]")
 
 
 def _judge(got: _Measured) -> tuple[Status, str | None]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from attnprof.errors import UsageError
-from attnprof.variants.base import Variant
+from attnprof.variants.base import Variant, check_output
 from attnprof.workload import DTYPES, Inputs, Workload
 
 PINNED = ("flash", "efficient", "cudnn", "math")
@@ -140,10 +140,7 @@ def register_variant(variant: Variant) -> str:
             raise ValueError(verdict.reason)
         valid = attention_mask if attention_mask is not None and attention_mask.dtype == torch.bool else None
         out = variant.fn(Inputs(query, key, value, causal=causal, scale=scale, attn_mask=attention_mask, valid=valid))
-        if tuple(getattr(out, "shape", ())) != tuple(query.shape):
-            got = tuple(out.shape) if hasattr(out, "shape") else type(out).__name__
-            raise UsageError(f"{variant.name} returned {got} inside the model, expected {tuple(query.shape)} "
-                             "[B, Hq, Sq, D]")
+        check_output(variant.name, out, query, " inside the model")
         return out.transpose(1, 2).contiguous(), None  # [B, Hq, Sq, D] -> [B, Sq, Hq, D], as transformers expects
 
     name = attn_name(variant)

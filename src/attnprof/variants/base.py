@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnprof.errors import UsageError
 from attnprof.workload import Inputs, Workload
 
 
@@ -58,3 +59,13 @@ def expand_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     """`[B, Hkv, S, D]` → `[B, Hq, S, D]`: query head h reads kv head h // (Hq // Hkv) (repeat_kv's order)."""
     groups = heads // x.shape[1]
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def check_output(name: str, out: object, q: torch.Tensor, where: str = "") -> torch.Tensor:
+    """`out` when it is a tensor of q's shape `[B, Hq, Sq, D]`; else the variant author's input error (a user
+    function's, mostly): a UsageError naming the variant, what it returned and what was expected."""
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(q.shape):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise UsageError(f"variant {name!r} returned {got}{where}, expected a tensor of shape {tuple(q.shape)} "
+                         "[B, Hq, Sq, D]")
+    return out
