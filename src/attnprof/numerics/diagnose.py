@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnprof.numerics.compare import Agreement
+from attnprof.numerics.compare import Agreement, compare
 from attnprof.variants import reference_attention
 from attnprof.workload import Inputs, Workload
 
@@ -24,15 +24,8 @@ _MATCH = 0.35  # an alternative explains the output when its error is below this
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor, rows: torch.Tensor | None) -> float:
-    """norm-relative error over valid rows (NaN-safe: NaN → inf)."""
-    diff = out - ref
-    if rows is not None:
-        keep = rows.expand(out.shape[:-1])[..., None]  # (B, Hq, Sq, 1)
-        diff = diff.masked_fill(~keep, 0.0)
-        ref = ref.masked_fill(~keep, 0.0)
-    num = float(torch.linalg.vector_norm(diff))
-    den = float(torch.linalg.vector_norm(ref))
-    return num / den if den > 0 and math.isfinite(num) else float("inf")
+    """norm-relative error over valid rows (NaN → inf): `numerics.compare`'s, the one there is."""
+    return compare(out, ref, dtype="fp64", valid_rows=rows).norm_rel
 
 
 def _visibility(w: Workload, *, offset: int | None = None, causal: bool | None = None, padding: str | None = None,
