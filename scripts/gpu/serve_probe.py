@@ -18,6 +18,8 @@ rebuilt on the loops production runs, this probe answers, on the GPU's own trans
     pinned to efficient), each with `use_cuda_graph` off and on; output and total tokens/s, TTFT, TPOT and ITL
     (p50/p90/p99) from transformers' own per-token timestamps, failures with their reasons, the resolved config.
   names: which `attn_implementation` names continuous batching accepts, what it ran as, and whether 2 requests ran.
+  dispatch: which SDPA kernel (auto and each backend pinned) runs for the two shapes transformers hands SDPA here:
+    a static-cache decode step (bool mask over the whole cache) and a paged varlen step (additive mask).
 
 Standalone on purpose: it imports nothing from attnprof (the serving code is being refactored), only torch and
 transformers. Every part is independent: a failure is recorded with its reason and the probe goes on; parts that would
@@ -100,7 +102,8 @@ class Probe:
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.data: dict = {"schema": "attnprof.serve_probe/1", "argv": sys.argv[1:], "finished": False,
-                           "budget_s": args.budget_s, "env": {}, "names": [], "generate": [], "continuous": [],
+                           "budget_s": args.budget_s, "env": {}, "names": [], "dispatch": [], "generate": [],
+                           "continuous": [],
                            "stream": None}
 
     def left(self) -> float:
@@ -219,6 +222,41 @@ def generate_row(model, loop: str, impl: str, args) -> dict:
         row["peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20)
         torch.cuda.reset_peak_memory_stats()
     return row
+
+
+# ---------------------------------------------------------------------------------------------- dispatch --
+
+def dispatch_row(model, sq: int, sk: int, mask_kind: str, args) -> dict:
+    """Which SDPA kernel runs for the shapes transformers hands it (heads repeated: a mask turns GQA off), auto and
+    pinned: kernel names from the profiler, or the refusal. q [1, H, sq, D], k/v [1, H, sk, D], mask [1, 1, sq, sk]."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = model.config
+    heads, dim = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
+    dtype = getattr(torch, args.dtype)
+    q, k, v = (torch.randn(1, heads, s, dim, device=args.device, dtype=dtype) for s in (sq, sk, sk))
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=args.device).tril(sk - sq)  # causal, bottom-right
+    mask = keep if mask_kind == "bool" else torch.zeros(sq, sk, dtype=dtype, device=args.device).masked_fill(
+        ~keep, torch.finfo(dtype).min)
+    mask = mask[None, None]
+    cuda = args.device.startswith("cuda")
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    out = {}
+    for impl in ("sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math"):
+        try:
+            with pinned(impl):
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # plans built outside
+                with profile(activities=acts) as prof:
+                    torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                    if cuda:
+                        torch.cuda.synchronize()
+            ran = {e.name for e in prof.events() if (e.device_type.name == "CUDA") == cuda}
+            named = {n for n in ran if any(w in n.lower() for w in ("attention", "fmha", "flash", "cudnn", "sdpa"))}
+            out[impl] = sorted(named)[:4] or sorted(ran)[:4]
+        except RuntimeError as exc:
+            out[impl] = f"refused: {one_line(exc)}"
+    return {"shape": f"q[1,{heads},{sq},{dim}] kv[1,{heads},{sk},{dim}] mask {mask_kind}[1,1,{sq},{sk}]",
+            "kernels": out}
 
 
 # ---------------------------------------------------------------------------------------- continuous batching --
@@ -424,6 +462,11 @@ def table(data: dict) -> str:
                      f"{r['failed']} | {r['output_tokens_per_s']} | {r['total_tokens_per_s']} | {t.get('p50')}/"
                      f"{t.get('p99')} | {p.get('p50')} | {i.get('p50')}/{i.get('p99')} | {r['warmup_s']} | "
                      f"{r['graphs_captured']} {r['config'].get('use_cuda_graph')}")
+    lines += ["", "SDPA dispatch for the shapes transformers passes (kernels, or the refusal):"]
+    for r in data["dispatch"]:
+        lines.append(f"  {r['case']}: {r.get('shape', '')} {r['status']} {r.get('reason') or ''}")
+        for impl, got in (r.get("kernels") or {}).items():
+            lines.append(f"    {impl:15s} {got}")
     lines += ["", "continuous-batching names: name -> ran as | requests ran/failed | first error"]
     for r in data["names"]:
         lines.append(f"  {r['name']:30s} -> {r.get('ran_as', '-')} | {r.get('ran', '-')}/{r.get('failed', '-')} | "
@@ -437,7 +480,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--model", default="llama-1b", choices=sorted(PRESETS))
     p.add_argument("--dtype", default=None, help="bfloat16 on CUDA, float32 on CPU")
-    p.add_argument("--parts", default="names,generate,continuous")
+    p.add_argument("--parts", default="names,dispatch,generate,continuous")
     p.add_argument("--budget-s", type=float, default=225.0, help="no part starts when less than it needs is left")
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--new-tokens", default="8,40", help="N1,N2: ms/token = (t(N2) - t(N1)) / (N2 - N1)")
@@ -474,6 +517,11 @@ def main(argv=None) -> int:
     if "names" in parts:
         for name in CB_NAMES:
             probe.row("names", {"name": name}, NEED_S["names"], lambda name=name: name_row(model, name, args))
+    if "dispatch" in parts:  # static-cache decode step; one varlen step of paged sdpa (mask bucket 16384)
+        for case, sq, sk, kind in (("static-cache decode", 1, args.context + args.new_tokens[1] + 8, "bool"),
+                                   ("paged varlen step", 64, min(16384, 16 * args.context), "additive")):
+            probe.row("dispatch", {"case": case}, NEED_S["names"],
+                      lambda sq=sq, sk=sk, kind=kind: dispatch_row(model, sq, sk, kind, args))
     if "generate" in parts:
         for loop, impl in GENERATE_ROWS:
             need = NEED_S["compiled" if loop == "compiled" else "generate"]

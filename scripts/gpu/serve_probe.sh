@@ -6,7 +6,8 @@
 #     sdpa-efficient), and what the first (compiling, capturing) call costs;
 #   continuous batching, serve.sh's 40-request stream (512 blocks of 256, 2048 batch tokens): paged eager / sdpa /
 #     sdpa-efficient with use_cuda_graph off and on: output tok/s, TTFT/TPOT/ITL p50/p90/p99, failures, resolved config;
-#   which attn_implementation names continuous batching accepts (and what they ran as).
+#   which attn_implementation names continuous batching accepts (and what they ran as); which SDPA kernel runs for a
+#   static-cache decode step and a paged varlen step (auto and each backend pinned).
 # Run from the repo root on the H200 (image python3, no venv, no .whl needed). Writes $OUT/serve_probe/serve_probe.json
 # (rewritten after every row), serve_probe.log (stdout: a line per row, then the table) and stderr.log.
 # Budget: ~4 minutes; no part starts after 225 s of work (skipped rows say so); hard stop at 290 s.
