@@ -413,10 +413,11 @@ def stream_row(model, impl: str, graphs: bool, reqs, args) -> dict:
     reasons: dict[str, int] = {}
     for _, why in failures:
         reasons[why] = reasons.get(why, 0) + 1
-    return {"ran_as": ran_as, "requested_graphs": graphs, "config": config_used, "graphs_captured": graphs_n,
+    completed = len(results) - sum(1 for o in results.values() if o.error is not None)
+    return {"status": "ok" if not failures else "partial" if completed else "failed",
+            "ran_as": ran_as, "requested_graphs": graphs, "config": config_used, "graphs_captured": graphs_n,
             "warmup_s": round(warmup_s, 2), "warm_requests_s": round(warm_requests_s, 2),
-            "completed": len(results) - sum(1 for o in results.values() if o.error is not None),
-            "failed": len(failures), "failure_reasons": reasons, "short": short,
+            "completed": completed, "failed": len(failures), "failure_reasons": reasons, "short": short,
             "input_tokens": inp, "output_tokens": outp, "seconds": round(seconds, 3),
             "output_tokens_per_s": round(outp / seconds, 1) if seconds else None,
             "total_tokens_per_s": round((inp + outp) / seconds, 1) if seconds else None,
@@ -454,14 +455,15 @@ def table(data: dict) -> str:
     lines += ["", "continuous batching: impl graphs ran-as | done/failed | out tok/s | total tok/s | TTFT p50/p99 ms | "
               "TPOT p50 ms | ITL p50/p99 ms | warm-up s | graphs"]
     for r in data["continuous"]:
-        if r["status"] != "ok":
+        if "completed" not in r:
             lines.append(f"  {r['impl']:15s} {'on ' if r['graphs'] else 'off'} | {r['status']} {r.get('reason')}")
             continue
         t, p, i = r["ttft_ms"], r["tpot_ms"], r["itl_ms"]
         lines.append(f"  {r['impl']:15s} {'on ' if r['graphs'] else 'off'} {r['ran_as']:12s} | {r['completed']}/"
                      f"{r['failed']} | {r['output_tokens_per_s']} | {r['total_tokens_per_s']} | {t.get('p50')}/"
                      f"{t.get('p99')} | {p.get('p50')} | {i.get('p50')}/{i.get('p99')} | {r['warmup_s']} | "
-                     f"{r['graphs_captured']} {r['config'].get('use_cuda_graph')}")
+                     f"{r['graphs_captured']} {r['config'].get('use_cuda_graph')} {r['status']} "
+                     f"{next(iter(r['failure_reasons']), '')}")
     lines += ["", "SDPA dispatch for the shapes transformers passes (kernels, or the refusal):"]
     for r in data["dispatch"]:
         lines.append(f"  {r['case']}: {r.get('shape', '')} {r['status']} {r.get('reason') or ''}")
