@@ -11,7 +11,7 @@ rebuilt on the loops production runs, this probe answers, on the GPU's own trans
                  cuDNN's per-length plan cost?), sdpa pinned to flash (refused: a static cache always passes a mask);
     - compiled   the production recipe: `cache_implementation="static"` + `CompileConfig(mode="reduce-overhead")`
                  (transformers compiles the decode forward itself; prefill stays eager): eager, sdpa, sdpa-efficient.
-    ms/token = (t(N2 new tokens) - t(N1 new tokens)) / (N2 - N1), median of 3, so prefill is not in it; the first call
+    ms/token = (t(N2 new tokens) - t(N1 new tokens)) / (N2 - N1), median of --reps (3), so prefill is not in it; the first call
     (compile + CUDA-graph capture for `compiled`) is reported apart as warm-up.
   continuous batching: serve.sh's 40-request Poisson stream (same seed, same generator as
     attnprof.serving.continuous.poisson_requests) through `init_continuous_batching`, paged eager / paged sdpa (and sdpa
@@ -211,11 +211,12 @@ def generate_row(model, loop: str, impl: str, args) -> dict:
         first = call(n2)  # compile + graph capture for `compiled`; cuDNN plans for the lengths met
         second = call(n2)
         per_token = []
-        for _ in range(3):
+        for _ in range(args.reps):
             a, b = call(n1), call(n2)
             per_token.append((b - a) / (n2 - n1))
     ms = statistics.median(per_token) * 1e3
     row = {"ms_per_token": round(ms, 3), "tokens_per_s": round(1e3 / ms, 1) if ms > 0 else None,
+           "note": None if ms > 0 else "timing noise: t(N2) <= t(N1); raise --new-tokens or --reps",
            "ms_per_token_reps": [round(x * 1e3, 3) for x in per_token],
            "first_call_s": round(first, 2), "second_call_s": round(second, 3), "call_n2_s": round(b, 3)}
     if args.device.startswith("cuda"):
@@ -444,14 +445,18 @@ def name_row(model, name: str, args) -> dict:
 
 # ------------------------------------------------------------------------------------------------ the report --
 
+def fmt(v) -> str:
+    return "-" if v is None else str(v)
+
+
 def table(data: dict) -> str:
     lines = [f"serve probe: {data['env'].get('model')} {data['env'].get('dtype')} on {data['env'].get('gpu', 'cpu')},"
              f" torch {data['env'].get('torch')}, transformers {data['env'].get('transformers')}",
              "", "generate, batch 1: loop impl | ms/token | tok/s | first call s | status"]
     for r in data["generate"]:
-        lines.append(f"  {r['loop']:9s} {r['impl']:15s} | {r.get('ms_per_token', '-'):>8} | "
-                     f"{r.get('tokens_per_s', '-'):>7} | {r.get('first_call_s', '-'):>6} | {r['status']} "
-                     f"{r.get('reason') or ''}")
+        lines.append(f"  {r['loop']:9s} {r['impl']:15s} | {fmt(r.get('ms_per_token')):>8} | "
+                     f"{fmt(r.get('tokens_per_s')):>7} | {fmt(r.get('first_call_s')):>6} | {r['status']} "
+                     f"{r.get('reason') or r.get('note') or ''}")
     lines += ["", "continuous batching: impl graphs ran-as | done/failed | out tok/s | total tok/s | TTFT p50/p99 ms | "
               "TPOT p50 ms | ITL p50/p99 ms | warm-up s | graphs"]
     for r in data["continuous"]:
@@ -486,6 +491,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=225.0, help="no part starts when less than it needs is left")
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--new-tokens", default="8,40", help="N1,N2: ms/token = (t(N2) - t(N1)) / (N2 - N1)")
+    p.add_argument("--reps", type=int, default=3, help="timed (N1, N2) pairs per generate row; the median is kept")
     for flag, kind, default in (("--requests", int, 40), ("--rate", float, 32.0), ("--prompt-median", float, 384),
                                 ("--prompt-sigma", float, 0.6), ("--max-prompt", int, 1536),
                                 ("--output-median", float, 64), ("--output-sigma", float, 0.5),
