@@ -64,3 +64,17 @@ def test_the_probe_runs_every_part_on_a_cpu(tmp_path):
         efficient["failure_reasons"].values()) == 3
     assert {r["case"] for r in data["dispatch"]} == {"static-cache decode", "paged varlen step"}
     assert "continuous batching:" in done.stdout and "generate, batch 1" in done.stdout
+
+
+def test_a_part_past_the_budget_or_failing_is_a_row_with_its_reason(tmp_path):
+    probe = _probe_module()
+    p = probe.Probe(probe.parse(["--device", "cpu", "--out", str(tmp_path), "--budget-s", "10"]))
+    p.row("generate", {"loop": "compiled"}, 60, lambda: {"never": "run"})
+
+    def no_kernel():
+        raise RuntimeError("No available kernel. Aborting execution.\nmore detail")
+
+    p.row("generate", {"loop": "static"}, 0, no_kernel)
+    rows = json.loads((tmp_path / "serve_probe.json").read_text())["generate"]
+    assert rows[0]["status"] == "skipped" and "probe budget" in rows[0]["reason"] and "never" not in rows[0]
+    assert rows[1]["status"] == "error" and rows[1]["reason"] == "RuntimeError: No available kernel. Aborting execution."

@@ -56,7 +56,7 @@ PRESETS = {  # copied from attnprof.serving.models.PRESETS (llama-1b), plus a ti
     "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=512, max_position_embeddings=1024),
 }
-GENERATE_ROWS = [  # (loop, impl) in order of priority: the budget cuts from the end of each list
+GENERATE_ROWS = [  # (loop, impl); plan() interleaves them with STREAM_ROWS in order of priority
     ("plain", "eager"), ("plain", "sdpa-flash"), ("static", "sdpa"), ("static", "sdpa-flash"),
     ("compiled", "eager"), ("compiled", "sdpa"), ("compiled", "sdpa-efficient")]
 STREAM_ROWS = [("eager", False), ("sdpa", False), ("eager", True), ("sdpa", True),
@@ -342,6 +342,12 @@ def graphs_captured(manager) -> int | None:
     return sum(len(s) for s in stores) if all(isinstance(s, dict) for s in stores) else None
 
 
+def fatal(manager) -> str:
+    """The error that killed the generation thread, as ' (Type: message)', or ''."""
+    error = getattr(getattr(manager, "background_thread_status", None), "fatal_error", None)
+    return f" ({one_line(error)})" if error is not None else ""
+
+
 def run_requests(manager, reqs, prompts, timeout_s: float):
     """Submit each request at its arrival time; collect until all are back, the thread dies or time runs out."""
     sent, results, failures = {}, {}, []
@@ -353,16 +359,15 @@ def run_requests(manager, reqs, prompts, timeout_s: float):
             rid = manager.add_request(prompts[nxt], request_id=f"r{nxt}", max_new_tokens=reqs[nxt][2],
                                       record_timestamps=True, eos_token_id=-1)
             if rid is None:
-                failures.append((nxt, "refused by the manager (add_request returned None)"))
+                failures.append((nxt, "refused by the manager (add_request returned None)" + fatal(manager)))
             else:
                 sent[rid] = (nxt, submitted)
             nxt += 1
         if nxt == len(reqs) and len(results) == len(sent):
             return sent, results, failures
         if now > timeout_s or not manager.is_running():
-            fatal = getattr(getattr(manager, "background_thread_status", None), "fatal_error", None)
-            why = (f"not finished within {timeout_s:g} s" if now > timeout_s else "the generation thread stopped"
-                   + (f" ({one_line(fatal)})" if fatal is not None else ""))
+            why = f"not finished within {timeout_s:g} s" if now > timeout_s else "the generation thread stopped"
+            why += fatal(manager)
             failures += [(i, why) for rid, (i, _) in sent.items() if rid not in results]
             failures += [(i, f"never sent: {why}") for i in range(nxt, len(reqs))]
             return sent, results, failures
@@ -379,6 +384,8 @@ def stream_row(model, impl: str, graphs: bool, reqs, args) -> dict:
     prompts = [[rng.randrange(3, model.config.vocab_size) for _ in range(p)] for _, p, _ in reqs]
     gen_config = GenerationConfig(do_sample=False, max_new_tokens=max(o for *_, o in reqs), eos_token_id=-1,
                                   pad_token_id=0)
+    torch._dynamo.reset()  # drop compiled generate's graphs (and their memory pool) before the stream
+    model.__dict__.pop("_compiled_call", None)
     config = cb_config(num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, use_cuda_graph=graphs)
     with pinned(impl), manager_for(model, paged_name(impl), config, gen_config) as (manager, log):
         ran_as = model.config._attn_implementation
@@ -508,6 +515,29 @@ def parse(argv=None) -> argparse.Namespace:
     return args
 
 
+def plan(model, reqs, args) -> list[tuple]:
+    """Every row as (table, row keys, seconds it needs, run), in order of priority: the budget cuts from the end, so
+    the cheap rows and the ones the issue's targets rest on come first, interleaving generate and the stream."""
+    rows = [("names", {"name": n}, NEED_S["names"], lambda n=n: name_row(model, n, args)) for n in CB_NAMES]
+    # a static-cache decode step (bool mask over the whole cache); a paged sdpa varlen step (additive mask, one bucket)
+    for case, sq, sk, kind in (("static-cache decode", 1, args.context + args.new_tokens[1] + 8, "bool"),
+                               ("paged varlen step", 64, min(16384, 16 * args.context), "additive")):
+        rows.append(("dispatch", {"case": case}, NEED_S["names"],
+                     lambda sq=sq, sk=sk, kind=kind: dispatch_row(model, sq, sk, kind, args)))
+
+    def gen(loop: str, impl: str) -> tuple:
+        return ("generate", {"loop": loop, "impl": impl}, NEED_S["compiled" if loop == "compiled" else "generate"],
+                lambda: generate_row(model, loop, impl, args))
+
+    def stream(impl: str, graphs: bool) -> tuple:
+        return ("continuous", {"impl": impl, "graphs": graphs}, NEED_S["stream"],
+                lambda: stream_row(model, impl, graphs, reqs, args))
+
+    order = GENERATE_ROWS[:6] + STREAM_ROWS[:4] + GENERATE_ROWS[6:] + STREAM_ROWS[4:]
+    rows += [gen(*r) if r in GENERATE_ROWS else stream(*r) for r in order]
+    return rows
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     probe = Probe(args)
@@ -522,28 +552,13 @@ def main(argv=None) -> int:
     probe.data["env"] = environment(model, args)
     probe.data["env"]["build_s"] = round(time.perf_counter() - probe.t0, 1)
     probe.save()
-    if "names" in parts:
-        for name in CB_NAMES:
-            probe.row("names", {"name": name}, NEED_S["names"], lambda name=name: name_row(model, name, args))
-    if "dispatch" in parts:  # static-cache decode step; one varlen step of paged sdpa (mask bucket 16384)
-        for case, sq, sk, kind in (("static-cache decode", 1, args.context + args.new_tokens[1] + 8, "bool"),
-                                   ("paged varlen step", 64, min(16384, 16 * args.context), "additive")):
-            probe.row("dispatch", {"case": case}, NEED_S["names"],
-                      lambda sq=sq, sk=sk, kind=kind: dispatch_row(model, sq, sk, kind, args))
-    if "generate" in parts:
-        for loop, impl in GENERATE_ROWS:
-            need = NEED_S["compiled" if loop == "compiled" else "generate"]
-            probe.row("generate", {"loop": loop, "impl": impl}, need,
-                      lambda loop=loop, impl=impl: generate_row(model, loop, impl, args))
-        torch._dynamo.reset()
-    if "continuous" in parts:
-        reqs = poisson_stream(args)
-        probe.data["stream"] = {"requests": len(reqs), "rate": args.rate, "span_s": reqs[-1][0],
-                                "prompt_tokens": sum(p for _, p, _ in reqs), "output_tokens": sum(o for *_, o in reqs),
-                                "num_blocks": args.num_blocks, "max_batch_tokens": args.max_batch_tokens}
-        for impl, graphs in STREAM_ROWS:
-            probe.row("continuous", {"impl": impl, "graphs": graphs}, NEED_S["stream"],
-                      lambda impl=impl, graphs=graphs: stream_row(model, impl, graphs, reqs, args))
+    reqs = poisson_stream(args)
+    probe.data["stream"] = {"requests": len(reqs), "rate": args.rate, "span_s": reqs[-1][0],
+                            "prompt_tokens": sum(p for _, p, _ in reqs), "output_tokens": sum(o for *_, o in reqs),
+                            "num_blocks": args.num_blocks, "max_batch_tokens": args.max_batch_tokens}
+    for table_name, base, need, fn in plan(model, reqs, args):
+        if table_name in parts:
+            probe.row(table_name, base, need, fn)
     probe.data["finished"] = True
     probe.save()
     print("\n" + table(probe.data), flush=True)
