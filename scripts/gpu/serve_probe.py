@@ -517,7 +517,8 @@ def parse(argv=None) -> argparse.Namespace:
 
 def plan(model, reqs, args) -> list[tuple]:
     """Every row as (table, row keys, seconds it needs, run), in order of priority: the budget cuts from the end, so
-    the cheap rows and the ones the issue's targets rest on come first, interleaving generate and the stream."""
+    the cheap rows and the ones the issue's targets rest on come first: names, dispatch, plain and static generate,
+    the stream with and without graphs, compiled eager and sdpa; then compiled sdpa-efficient and its stream rows."""
     rows = [("names", {"name": n}, NEED_S["names"], lambda n=n: name_row(model, n, args)) for n in CB_NAMES]
     # a static-cache decode step (bool mask over the whole cache); a paged sdpa varlen step (additive mask, one bucket)
     for case, sq, sk, kind in (("static-cache decode", 1, args.context + args.new_tokens[1] + 8, "bool"),
@@ -533,7 +534,8 @@ def plan(model, reqs, args) -> list[tuple]:
         return ("continuous", {"impl": impl, "graphs": graphs}, NEED_S["stream"],
                 lambda: stream_row(model, impl, graphs, reqs, args))
 
-    order = GENERATE_ROWS[:6] + STREAM_ROWS[:4] + GENERATE_ROWS[6:] + STREAM_ROWS[4:]
+    # the four stream rows (~45 s together) go before the compiles (30-90 s each, less predictable)
+    order = GENERATE_ROWS[:4] + STREAM_ROWS[:4] + GENERATE_ROWS[4:6] + GENERATE_ROWS[6:] + STREAM_ROWS[4:]
     rows += [gen(*r) if r in GENERATE_ROWS else stream(*r) for r in order]
     return rows
 
