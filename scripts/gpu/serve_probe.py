@@ -11,8 +11,8 @@ rebuilt on the loops production runs, this probe answers, on the GPU's own trans
                  cuDNN's per-length plan cost?), sdpa pinned to flash (refused: a static cache always passes a mask);
     - compiled   the production recipe: `cache_implementation="static"` + `CompileConfig(mode="reduce-overhead")`
                  (transformers compiles the decode forward itself; prefill stays eager): eager, sdpa, sdpa-efficient.
-    ms/token = (t(N2 new tokens) - t(N1 new tokens)) / (N2 - N1), median of --reps (3), so prefill is not in it; the first call
-    (compile + CUDA-graph capture for `compiled`) is reported apart as warm-up.
+    ms/token = (t(N2 new tokens) - t(N1 new tokens)) / (N2 - N1), median of --reps (3), so prefill is not in it;
+    the first call (compile + CUDA-graph capture for `compiled`) is reported apart as warm-up.
   continuous batching: serve.sh's 40-request Poisson stream (same seed, same generator as
     attnprof.serving.continuous.poisson_requests) through `init_continuous_batching`, paged eager / paged sdpa (and sdpa
     pinned to efficient), each with `use_cuda_graph` off and on; output and total tokens/s, TTFT, TPOT and ITL
@@ -23,8 +23,8 @@ rebuilt on the loops production runs, this probe answers, on the GPU's own trans
 
 Standalone on purpose: it imports nothing from attnprof (the serving code is being refactored), only torch and
 transformers. Every part is independent: a failure is recorded with its reason and the probe goes on; parts that would
-start after --budget-s are skipped with that reason. OUT/serve_probe.json is rewritten after every row ("finished":
-false until the end), and a table is printed at the end.
+start after --budget-s are skipped with that reason (plan() orders the rows by priority). OUT/serve_probe.json is
+rewritten after every row ("finished": false until the end), and a table is printed at the end.
 
     python3 scripts/gpu/serve_probe.py --out "$OUT/serve_probe"                 # on the H200
     python3 scripts/gpu/serve_probe.py --device cpu --model tiny --out /tmp/p   # plumbing check on a CPU
@@ -103,8 +103,7 @@ class Probe:
         self.out.mkdir(parents=True, exist_ok=True)
         self.data: dict = {"schema": "attnprof.serve_probe/1", "argv": sys.argv[1:], "finished": False,
                            "budget_s": args.budget_s, "env": {}, "names": [], "dispatch": [], "generate": [],
-                           "continuous": [],
-                           "stream": None}
+                           "continuous": [], "stream": None}
 
     def left(self) -> float:
         return self.args.budget_s - (time.perf_counter() - self.t0)
