@@ -54,7 +54,8 @@ class RequestTimeline:
     ended_s: float | None = None
 
     def __post_init__(self) -> None:
-        if any(b < a for a, b in zip(self.token_s, self.token_s[1:])) or (self.token_s and self.token_s[0] < self.sent_s):
+        stamps = (self.sent_s, *self.token_s)
+        if any(b < a for a, b in zip(stamps, stamps[1:])):
             raise ValueError(f"request {self.index}: token times must not decrease nor precede the send time")
         if self.error is None and not self.token_s:
             raise ValueError(f"request {self.index} completed without a token time (record the timestamps)")
