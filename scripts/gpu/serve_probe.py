@@ -405,7 +405,8 @@ def stream_row(model, impl: str, graphs: bool, reqs, args) -> dict:
         if out.error is not None:
             failures.append((i, str(out.error).strip().splitlines()[0][:300]))
             continue
-        stamps, n = list(out.timestamps or []), len(out.generated_tokens)
+        n = len(out.generated_tokens)
+        stamps = list(out.timestamps or [])[:n]  # a token past max_new_tokens is stamped but not kept
         inp, outp, short = inp + len(out.prompt_ids), outp + n, short + (n < reqs[i][2])
         starts.append(submitted)
         if stamps:  # vLLM's definitions: TTFT to the first token, TPOT over the rest, ITL every gap
