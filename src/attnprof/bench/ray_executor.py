@@ -122,6 +122,8 @@ class RayExecutor:
         if address is not None:
             _check_reachable(address)
         runtime_env = {"env_vars": worker_env(local=address is None)}
+        if address is None:
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # a runtime started here reports nothing out
         try:
             if address is None:
                 ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env,
