@@ -79,15 +79,15 @@ def faults() -> Path:
 
 
 def test_a_sweep_through_ray_equals_the_same_sweep_in_process(fleet, tmp_path: Path, capsys):
-    grid = [*TINY, "--seq", "16,24", "--variants", "naive,sdpa,sdpa-cudnn"]
+    grid = [*TINY, "--seq", "16", "--variants", "naive,sdpa,sdpa-cudnn"]
     assert main(["bench", *grid, "--out", str(tmp_path / "here")]) == 0
     assert main(["bench", *grid, "--ray", "--out", str(tmp_path / "ray"), "--json"]) == 0
     summary = last_json(capsys)
-    assert summary["executor"] == "ray" and summary["counts"] == {"ok": 4, "rejected": 2}
+    assert summary["executor"] == "ray" and summary["counts"] == {"ok": 2, "rejected": 1}
     here, _ = read_results(tmp_path / "here")
     there, _ = read_results(tmp_path / "ray")
     assert {r["key"]: r["status"] for r in there} == {r["key"]: r["status"] for r in here}
-    assert len(there) == 6
+    assert len(there) == 3
     for r in there:
         node = r["provenance"]["node"]
         assert node["executor"] == "ray" and node["host"] == platform.node()
@@ -134,7 +134,7 @@ def test_a_worker_that_dies_on_every_attempt_is_failed_and_resume_runs_it_again(
 
 def test_an_interrupted_sweep_cancels_the_rest_and_resume_redoes_nothing(fleet, tmp_path: Path):
     variant = load_user_variant("ray_faults:logged")
-    seqs = (16, 24, 32, 40, 48, 56)
+    seqs = (16, 24, 32, 40)
     cells = [Cell(variant, Workload(batch=1, heads=2, seq=s, head_dim=8)) for s in seqs]
     path = tmp_path / "results.jsonl"
 
@@ -151,7 +151,7 @@ def test_an_interrupted_sweep_cancels_the_rest_and_resume_redoes_nothing(fleet, 
     before = len(log.read_text().splitlines())
 
     summary = run_sweep(cells, path, reps=5, warmup=1, executor=fleet, resume=True)
-    assert summary.skipped == 1 and summary.ran == 5
+    assert summary.skipped == 1 and summary.ran == 3
     again = {int(line.split()[1]) for line in log.read_text().splitlines()[before:]}
     assert finished not in again and again == set(seqs) - {finished}
     rows, _ = read_results(path)

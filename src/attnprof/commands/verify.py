@@ -52,7 +52,7 @@ def register(sub) -> None:
     c.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="run the kernel level's cases as Ray tasks: a local runtime without ADDRESS, else auto or "
                         "host:port")
-    c.add_argument("--max-retries", type=int, default=2,
+    c.add_argument("--max-retries", type=int, default=None,
                    help="with --ray: runs again of a case whose worker died (default 2)")
     p.set_defaults(handler=run)
 
@@ -64,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is not None and (args.level == "model" or (args.level is None and args.model)):
         raise UsageError("--ray fans out the kernel level; the model level runs in this process (use --level both "
                          "or drop --ray)")
-    executor = make_executor(args.ray, max_retries=args.max_retries) if args.ray is not None else None
+    if args.ray is None and args.max_retries is not None:
+        raise UsageError("--max-retries is for --ray runs; add --ray")
+    retries = 2 if args.max_retries is None else args.max_retries
+    executor = make_executor(args.ray, max_retries=retries) if args.ray is not None else None
     try:
         return _run(args, executor)
     finally:
