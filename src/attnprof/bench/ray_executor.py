@@ -205,6 +205,9 @@ class RayExecutor:
             cause = exc.cause
             if isinstance(cause, UsageError):
                 raise UsageError(str(cause)) from None
+            if "failed to import on the worker" in str(cause):  # every job would fail alike: stop, say why
+                raise UsageError("the Ray workers cannot import attnprof (or a variant's module): install them on "
+                                 "every node (pip install 'attnprof[cluster]'), the same version as here") from None
             return Outcome(job, failure=f"raised {type(cause).__name__}: {_first_line(cause)}")
         except ex.RayError as exc:
             return Outcome(job, failure=self.death_reason(exc))
