@@ -1,7 +1,8 @@
 """`attnprof compare A B`: two bench result files side by side, a ratio per cell, regressions flagged.
 
 A regression is a cell whose latency bands (p20–p80) do not overlap and whose median moved by more than
-`--min-change`, or a cell that ran in A and fails in B. `--fail-on-regression` turns any into exit 1.
+`--min-change`, or a cell that ran in A and fails in B. `--fail-on-regression` turns any into exit 1. When either
+file spans several GPU kinds (a Ray sweep), each kind is compared with itself (a GPU column says which).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from attnprof.bench.compare import compare
-    from attnprof.bench.results import read_results, results_path
+    from attnprof.bench.results import gpu_kind, read_results, results_path
     from attnprof.errors import CheckFailed, UsageError
     from attnprof.report.records import provenance, write_json
     from attnprof.report.render import err, fmt, out
@@ -43,14 +44,16 @@ def run(args: argparse.Namespace) -> int:
     pairs = compare(rows_a, rows_b, min_change=args.min_change)
     if not any(p.a and p.b for p in pairs):
         raise UsageError(f"{results_path(args.a)} and {results_path(args.b)} share no cell (variant + workload)")
-    dev = lambda rows: (rows[0].get("provenance") or {}).get("device") if rows else None  # noqa: E731
+    dev = lambda rows: ", ".join(dict.fromkeys(gpu_kind(r) for r in rows)) or None  # noqa: E731
+    per_kind = any(p.kind for p in pairs)  # a file spans several GPU kinds: each kind compared with itself
     table = Table(title=f"A = {results_path(args.a)} ({dev(rows_a)})   B = {results_path(args.b)} ({dev(rows_b)})")
-    for h in ("variant", "workload", "A p50 ms (p20–p80)", "B p50 ms (p20–p80)", "B / A", "verdict", "why"):
+    for h in (("GPU",) if per_kind else ()) + ("variant", "workload", "A p50 ms (p20–p80)", "B p50 ms (p20–p80)",
+                                              "B / A", "verdict", "why"):
         table.add_column(h, overflow="fold")
     style = {"regression": "bold red", "improvement": "green", "status-change": "yellow"}
     for p in pairs:
-        table.add_row(p.variant, p.label, _lat(p.a, fmt), _lat(p.b, fmt), fmt(p.ratio, ".3f"), p.verdict, p.why,
-                      style=style.get(p.verdict))
+        table.add_row(*((p.kind,) if per_kind else ()), p.variant, p.label, _lat(p.a, fmt), _lat(p.b, fmt),
+                      fmt(p.ratio, ".3f"), p.verdict, p.why, style=style.get(p.verdict))
     out.print(table)
     regressions = [p for p in pairs if p.verdict == "regression"]
     folder = out_dir(args, "compare")

@@ -6,6 +6,9 @@ on fresh random inputs (the seed is printed and recorded), judged against k × t
 same dtype. Model level (`--model PRESET`): logits and greedy decoding of a padded batch per attention
 implementation against eager fp32. Writes verify.json (attnprof.verify/1) and verify.md to --out; exit 1 when
 anything fails, after writing the report.
+
+`--ray [ADDRESS]` runs the kernel level's cases as Ray tasks (one GPU each; a local runtime without ADDRESS, else
+`auto` or host:port); each case in verify.json names the node and GPU that ran it. The model level runs here.
 """
 
 from __future__ import annotations
@@ -45,10 +48,34 @@ def register(sub) -> None:
     m.add_argument("--decode-tokens", type=int, default=8, help="greedy tokens compared (default 8)")
     m.add_argument("--min-prefix", type=int, default=None,
                    help="identical greedy tokens required (default: all in fp32, not gated in bf16/fp16)")
+    c = p.add_argument_group("cluster (Ray; pip install 'attnprof[cluster]')")
+    c.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run the kernel level's cases as Ray tasks: a local runtime without ADDRESS, else auto or "
+                        "host:port")
+    c.add_argument("--max-retries", type=int, default=None,
+                   help="with --ray: runs again of a case whose worker died (default 2)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnprof.bench.executor import make_executor
+    from attnprof.errors import UsageError
+
+    if args.ray is not None and (args.level == "model" or (args.level is None and args.model)):
+        raise UsageError("--ray fans out the kernel level; the model level runs in this process (use --level both "
+                         "or drop --ray)")
+    if args.ray is None and args.max_retries is not None:
+        raise UsageError("--max-retries is for --ray runs; add --ray")
+    retries = 2 if args.max_retries is None else args.max_retries
+    executor = make_executor(args.ray, max_retries=retries) if args.ray is not None else None
+    try:
+        return _run(args, executor)
+    finally:
+        if executor is not None:
+            executor.close()
+
+
+def _run(args: argparse.Namespace, executor) -> int:
     import secrets
 
     from attnprof.errors import CheckFailed, UsageError
@@ -62,8 +89,14 @@ def run(args: argparse.Namespace) -> int:
 
     configure(args.kernel, args.trust_remote_kernel)  # both levels load the stage-four kernel from --kernel
 
-    device = resolve_device(args.device)
-    dtypes = _dtypes(args, device)
+    if executor is not None:
+        from attnprof.bench.ray_executor import cluster_device
+
+        device = cluster_device(args.device, executor)
+        executor.check(device)
+    else:
+        device = resolve_device(args.device)
+    dtypes = _dtypes(args, device, check=executor is None)
     level = args.level or ("model" if args.model else "kernel")
     if level != "kernel" and not args.model:
         raise UsageError(f"--level {level} needs --model PRESET")
@@ -80,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                   "rule": Rule(k=args.k, masked_rows=args.masked_rows).to_json(), "kernel": None, "model": None}
     failures: list[str] = []
     if level in ("kernel", "both"):
-        data["kernel"], kernel_failures = _kernel_level(args, device, dtypes, seed)
+        data["kernel"], kernel_failures = _kernel_level(args, device, dtypes, seed, executor)
         failures += kernel_failures
     if level in ("model", "both"):
         rule = ModelRule(k=args.k, min_prefix=args.min_prefix)
@@ -103,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dtypes(args, device: str) -> list[str]:
+def _dtypes(args, device: str, check: bool = True) -> list[str]:
     from attnprof.commands.common import _check_dtype_runs
     from attnprof.workload import Workload, dtype_name
 
@@ -111,7 +144,7 @@ def _dtypes(args, device: str) -> list[str]:
         names = [dtype_name(d.strip()) for d in args.dtype.split(",") if d.strip()]
     else:
         names = ["bf16", "fp16"] if device.startswith("cuda") else ["fp32", "bf16"]
-    for d in names:
+    for d in names if check else ():  # on a cluster the GPUs are elsewhere: this machine cannot tell
         _check_dtype_runs(Workload(dtype=d, device=device))
     return list(dict.fromkeys(names))
 
@@ -136,7 +169,7 @@ def _cases(args, device: str, dtype: str):
     return cases
 
 
-def _kernel_level(args, device: str, dtypes: list[str], seed: int):
+def _kernel_level(args, device: str, dtypes: list[str], seed: int, executor=None):
     from rich.console import Group
     from rich.markup import escape
 
@@ -157,7 +190,8 @@ def _kernel_level(args, device: str, dtypes: list[str], seed: int):
             done.append(case)
 
         done: list = []
-        runs = verify_kernels(variants, cases, seed=seed, rule=rule, on_case=on_case)
+        runs = verify_kernels(variants, cases, seed=seed, rule=rule, on_case=on_case, executor=executor,
+                              kernel=(args.kernel, args.trust_remote_kernel))
         bar.update(task, completed=len(cases), description="kernel level done")
     summary = variant_summary(runs)
     out.print(Group(*(kernel_table(runs, d) for d in dtypes)))
@@ -173,7 +207,7 @@ def _kernel_level(args, device: str, dtypes: list[str], seed: int):
                 f"{(s['failures'][0]['hint'] or s['failures'][0]['reason'] or '')[:160]})"
                 for n, s in summary.items() if s["status"] == "fail"]
     return ({"dtypes": dtypes, "variants": [v.name for v in variants], "cases": [r.to_json() for r in runs],
-             "summary": summary}, failures)
+             "summary": summary, "executor": executor.name if executor is not None else "in-process"}, failures)
 
 
 def _model_level(args, device: str, dtypes: list[str], seed: int, rule):
