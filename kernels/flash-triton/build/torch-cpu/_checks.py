@@ -53,7 +53,7 @@ def tensor_problem(name: str, t, dims: int, layout: str) -> str | None:
 
 
 def common_problem(q: torch.Tensor, k: torch.Tensor, tensors: dict[str, torch.Tensor]) -> str | None:
-    """Shared rules once the shapes are known: one dtype, one device, head dim, GQA, interpreter on the CPU."""
+    """Shared rules once the shapes are known: one dtype, one device, head dim, GQA."""
     dtypes = {t.dtype for t in tensors.values()}
     if len(dtypes) > 1:
         return "q, k, v (and the caches) must share one dtype, got " + ", ".join(f"{n} {t.dtype}" for n, t in tensors.items())
@@ -69,6 +69,11 @@ def common_problem(q: torch.Tensor, k: torch.Tensor, tensors: dict[str, torch.Te
     hq, hkv = q.shape[-2], k.shape[-2]
     if hkv == 0 or hq % hkv:
         return f"query heads ({hq}) must be a multiple of kv heads ({hkv}) for GQA"
+    return None
+
+
+def device_problem(q: torch.Tensor) -> str | None:
+    """None when the kernels can run on q's device (checked last: every other problem is named first)."""
     if q.device.type == "cpu" and not INTERPRETED:
         return ("CPU tensors need Triton's interpreter, and it was off when this kernel was loaded: "
                 "set TRITON_INTERPRET=1 before loading the kernel")

@@ -21,7 +21,7 @@ import math
 import torch
 import triton
 
-from ._checks import common_problem, index_problem, refuse_unsupported, tensor_problem
+from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
 from ._config import Config, default_config
 from ._kernel import attention_fwd
 
@@ -41,7 +41,7 @@ def varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k) -> str | None:
         return problem.replace("rows", "entries (as many as cu_seqlens_q)")
     if cu_seqlens_q.shape[0] < 1:
         return "cu_seqlens_q must have B + 1 >= 1 entries"
-    return None
+    return device_problem(q)
 
 
 def _tma_ok(cfg: Config, *ts: torch.Tensor) -> bool:

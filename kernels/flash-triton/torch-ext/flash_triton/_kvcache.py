@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from ._checks import common_problem, index_problem, refuse_unsupported, tensor_problem
+from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
 from ._decode import kvcache_fwd, kvcache_reduce
 from ._splits import DEFAULT, DecodeConfig, counters, plan
 
@@ -61,7 +61,7 @@ def kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, c
     for name, t in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
         if t is not None and (problem := index_problem(name, t, batch, q.device)):
             return problem
-    return None
+    return device_problem(q)
 
 
 def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, cache_batch_idx=None,
@@ -69,11 +69,11 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
                       return_softmax_lse=False, *, config: DecodeConfig | None = None):
     """The launch behind `flash_attn_with_kvcache` (and `flash_attn_func` at decode shapes), with an optional
     explicit `config`. Returns out `[B, Sq, Hq, D]`, and LSE `[B, Hq, Sq]` fp32 when asked."""
+    if not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError(f"flash-triton flash_attn_with_kvcache: num_splits must be an int >= 0, got {num_splits!r}")
     if problem := kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad,
                                   block_table):
         raise ValueError(f"flash-triton flash_attn_with_kvcache: {problem}")
-    if not isinstance(num_splits, int) or num_splits < 0:
-        raise ValueError(f"flash-triton flash_attn_with_kvcache: num_splits must be an int >= 0, got {num_splits!r}")
     cfg = config or DEFAULT
     batch, sq, hq, d = q.shape
     hkv = k_cache.shape[2]
