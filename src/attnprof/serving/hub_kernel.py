@@ -17,15 +17,17 @@ keeps (`modeling_flash_attention_utils._loaded_implementation` and the functions
 
 The name: "flash" in it makes continuous batching accept it; transformers turns on its decode fast path only for
 names matching `flash…3` (5.17) or `flash…[23]` (5.24), so the name ends in "fa3_api" (it speaks flash-attn's API;
-it is not FlashAttention-3). 5.17's continuous batching adds a `paged|` prefix itself; both are registered.
-Everything that cannot work here comes back as `rejected` with the reason; nothing falls back to another kernel.
+it is not FlashAttention-3). 5.17's continuous batching runs `paged|<name>` (registered too). Because the slot
+holds one name, switch a model between the two with `HubAttention.apply(model, paged=...)`, which fills the slot
+before `set_attn_implementation` reads it; a model already on `paged|<name>` is not switched again by 5.17's
+continuous batching (so it does not switch back either). Everything that cannot work here comes back as
+`rejected` with the reason; nothing falls back to another kernel.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -41,15 +43,21 @@ class HubAttention:
     """What to pass to transformers for our kernel, or why it cannot run there."""
 
     dense: str = ""  # attn_implementation for a model built from a config (dense, padded and generate)
-    paged: str = ""  # the model's attn_implementation before init_continuous_batching / generate_batch
+    paged: str = ""  # the model's attn_implementation for init_continuous_batching / generate_batch
     decode_fast_path: bool = False  # whether continuous batching can call flash_attn_with_kvcache (CUDA only)
     transformers: str = ""
     kernel: str = ""
     rejected: str | None = None
+    fill: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
 
-    def context(self) -> contextlib.AbstractContextManager:
-        """Nothing to hold open: the registered functions re-fill transformers' slot on every call."""
-        return contextlib.nullcontext()
+    def apply(self, model, paged: bool = False) -> str:
+        """Put `model` on our kernel (`paged`: the continuous-batching name); returns the name it runs."""
+        if self.rejected is not None or self.fill is None:
+            raise RuntimeError(self.rejected or "hub_attention() did not register the kernel")
+        name = self.paged if paged else self.dense
+        self.fill(name)
+        model.set_attn_implementation(name)
+        return name
 
 
 def kernels_route_problem() -> str | None:
@@ -87,13 +95,14 @@ def hub_attention(repo: str | Path | None = None) -> HubAttention:
     if missing:
         return _with(base, rejected=f"{spec.label()} has no {' or '.join(missing)}: transformers' flash path needs "
                                     "flash_attn_func and flash_attn_varlen_func")
-    problem = _register(module)
-    if problem:
-        return _with(base, rejected=f"kernel in transformers {transformers.__version__}: {problem}")
+    registered = _register(module)
+    if isinstance(registered, str):
+        return _with(base, rejected=f"kernel in transformers {transformers.__version__}: {registered}")
+    fill, paged = registered
     import torch
 
     fast = callable(getattr(module, "flash_attn_with_kvcache", None)) and torch.cuda.is_available()
-    return _with(base, dense=NAME, paged=NAME, decode_fast_path=fast)
+    return _with(base, dense=NAME, paged=paged, decode_fast_path=fast, fill=fill)
 
 
 def _with(base: HubAttention, **changes) -> HubAttention:
@@ -102,9 +111,9 @@ def _with(base: HubAttention, **changes) -> HubAttention:
     return dataclasses.replace(base, **changes)
 
 
-def _register(module: ModuleType) -> str | None:
-    """Register `NAME` (and `paged|NAME` where continuous batching adds the prefix) with transformers' flash
-    wrappers; None when done, else the reason this transformers cannot take it."""
+def _register(module: ModuleType) -> tuple[Callable[[str], None], str] | str:
+    """Register `NAME` (and `paged|NAME` where continuous batching runs that) with transformers' flash wrappers;
+    returns (the slot filler, the continuous-batching name), or the reason this transformers cannot take it."""
     from transformers import AttentionInterface
     from transformers import modeling_flash_attention_utils as mfu
     from transformers.integrations.flash_attention import flash_attention_forward
@@ -133,7 +142,8 @@ def _register(module: ModuleType) -> str | None:
 
         AttentionInterface.register(f"paged|{NAME}", paged)
         AttentionMaskInterface.register(f"paged|{NAME}", flash_mask)
-    return None
+        return fill, f"paged|{NAME}"
+    return fill, NAME
 
 
 def _filler(module: ModuleType, mfu) -> Callable[[str], None]:
