@@ -46,6 +46,33 @@ def _kv_rows(Cache, Table, b, cb, hk, pos, stride_cb, stride_cs, stride_ch, stri
 
 
 @triton.jit
+def _tile_pages(Table, b, start, limit, stride_bt, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The block-table entries of the key tile at `start` (a multiple of BLOCK_N): one entry when pages hold whole
+    tiles (PAGE_SIZE a multiple of BLOCK_N), one per row otherwise, nothing for a dense cache. The main loop loads
+    them one tile ahead and carries them, so the tile's K/V loads do not wait on an in-loop load and Triton's
+    pipeliner keeps `num_stages` of them in flight (loaded in the same iteration, they got one)."""
+    if PAGE_SIZE == 0:
+        return 0
+    elif PAGE_SIZE >= BLOCK_N and PAGE_SIZE % BLOCK_N == 0:
+        return tl.load(Table + b.to(tl.int64) * stride_bt + start // PAGE_SIZE, mask=start < limit, other=0)
+    else:
+        pos = start + tl.arange(0, BLOCK_N)
+        return tl.load(Table + b.to(tl.int64) * stride_bt + pos // PAGE_SIZE, mask=pos < limit, other=0)
+
+
+@triton.jit
+def _tile_ptrs(Cache, pages, cb, hk, start, stride_cb, stride_cs, stride_ch, PAGE_SIZE: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+    """Row pointers `[BLOCK_N]` of the key tile at `start`, given its `_tile_pages`."""
+    pos = start + tl.arange(0, BLOCK_N)
+    if PAGE_SIZE == 0:
+        row = cb.to(tl.int64) * stride_cb + pos.to(tl.int64) * stride_cs
+    else:
+        row = pages.to(tl.int64) * stride_cb + (pos % PAGE_SIZE).to(tl.int64) * stride_cs
+    return Cache + row + hk.to(tl.int64) * stride_ch
+
+
+@triton.jit
 def _lengths(Seqlens, LeftPad, b, seqlen_scalar, S_NEW, cap,
              HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, APPEND: tl.constexpr):
     """(old, total, lo): keys already cached, keys after the append (capped at the capacity), first valid key."""
@@ -97,6 +124,23 @@ def _merge(m_a, l_a, acc_a, m_b, l_b, acc_b):
     a = tl.math.exp2(m_a - m_use)
     b = tl.math.exp2(m_b - m_use)
     return m, l_a * a + l_b * b, acc_a * a[:, None] + acc_b * b[:, None]
+
+
+@triton.jit
+def _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL: tl.constexpr):
+    """One key block into the online softmax: keys `pos` (`ok`: inside this split), causal limit per row."""
+    qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) fp32
+    keep = ok[None, :]
+    if CAUSAL:
+        keep = keep & (pos[None, :] <= row_lim[:, None])
+    qk = tl.where(keep, qk * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet: exp2 gives 0, not NaN
+    p = tl.math.exp2(qk - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return m_new, l_i, acc
 
 
 @triton.jit
@@ -169,7 +213,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
     if APPEND:  # write this split's share of the new keys/values into the cache (M tile 0 only)
         w_lo = tl.maximum(old, s * split_len)
         w_hi = tl.where(mt == 0, tl.minimum(total, s * split_len + split_len), w_lo)
-        for start in range(w_lo, w_hi, BLOCK_N):
+        for start in tl.range(w_lo, w_hi, BLOCK_N, num_stages=1):
             pos = start + offs_n
             ok = pos < w_hi
             src = (pos - old).to(tl.int64)[:, None]
@@ -194,39 +238,29 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for start in range(k_lo, k_hi, BLOCK_N):
+    cache_hi = k_hi
+    if APPEND:
+        cache_hi = tl.minimum(k_hi, old)
+    pages = _tile_pages(Table, b, k_lo, cache_hi, stride_bt, PAGE_SIZE, BLOCK_N)
+    for start in range(k_lo, cache_hi, BLOCK_N):  # the cached keys: the stream this program exists for
         pos = start + offs_n
-        ok = pos < k_hi
-        cached = ok
-        if APPEND:
-            cached = ok & (pos < old)
-        k_ptr = _kv_rows(KCache, Table, b, cb, hk, pos, stride_kcb, stride_kcs, stride_kch, stride_bt, PAGE_SIZE,
-                         cached)
-        v_ptr = _kv_rows(VCache, Table, b, cb, hk, pos, stride_vcb, stride_vcs, stride_vch, stride_bt, PAGE_SIZE,
-                         cached)
-        k = tl.load(k_ptr[:, None] + offs_d[None, :], mask=cached[:, None], other=0.0)
-        v = tl.load(v_ptr[:, None] + offs_d[None, :], mask=cached[:, None], other=0.0)
-        if APPEND:  # positions >= old come from the new keys, not from the cache (written by another CTA)
-            fresh = ok & (pos >= old)
+        ok = pos < cache_hi
+        k_ptr = _tile_ptrs(KCache, pages, cb, hk, start, stride_kcb, stride_kcs, stride_kch, PAGE_SIZE, BLOCK_N)
+        v_ptr = _tile_ptrs(VCache, pages, cb, hk, start, stride_vcb, stride_vcs, stride_vch, PAGE_SIZE, BLOCK_N)
+        pages = _tile_pages(Table, b, start + BLOCK_N, cache_hi, stride_bt, PAGE_SIZE, BLOCK_N)  # the next tile's
+        k = tl.load(k_ptr[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        v = tl.load(v_ptr[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL)
+    if APPEND:  # this split's new keys, read from k/v (another CTA may be writing them into the cache right now)
+        for start in tl.range(tl.maximum(k_lo, old), k_hi, BLOCK_N, num_stages=1):
+            pos = start + offs_n
+            ok = pos < k_hi
             src = (pos - old).to(tl.int64)[:, None]
-            kn = tl.load(KNew + b.to(tl.int64) * stride_knb + src * stride_kns + hk * stride_knh + offs_d[None, :],
-                         mask=fresh[:, None], other=0.0)
-            vn = tl.load(VNew + b.to(tl.int64) * stride_vnb + src * stride_vns + hk * stride_vnh + offs_d[None, :],
-                         mask=fresh[:, None], other=0.0)
-            k = tl.where(fresh[:, None], kn.to(k.dtype), k)
-            v = tl.where(fresh[:, None], vn.to(v.dtype), v)
-        qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) fp32
-        keep = ok[None, :]
-        if CAUSAL:
-            keep = keep & (pos[None, :] <= row_lim[:, None])
-        qk = tl.where(keep, qk * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet: exp2 gives 0, not NaN
-        p = tl.math.exp2(qk - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+            k = tl.load(KNew + b.to(tl.int64) * stride_knb + src * stride_kns + hk * stride_knh + offs_d[None, :],
+                        mask=ok[:, None], other=0.0).to(KCache.dtype.element_ty)
+            v = tl.load(VNew + b.to(tl.int64) * stride_vnb + src * stride_vns + hk * stride_vnh + offs_d[None, :],
+                        mask=ok[:, None], other=0.0).to(VCache.dtype.element_ty)
+            m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL)
 
     if SPLIT:
         if k_lo < k_hi:  # an empty split stores nothing; the merge skips it
