@@ -12,8 +12,6 @@ own flash wrappers. The child (this file run with TRITON_INTERPRET=1) checks, ag
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 import os
 import subprocess
@@ -23,45 +21,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MARGIN = 0.02  # fp64 top-2 logit gap under which fp16 may pick either token
-
-
-def tiny_llama(dtype, attn_implementation: str, source=None):
-    """A 2-layer Llama (4 query heads over 2 kv heads, head dim 64) from a config; weights copied from `source`."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=64, vocab_size=97, max_position_embeddings=256)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM._from_config(copy.deepcopy(cfg), attn_implementation=attn_implementation,
-                                          dtype=dtype).eval()
-    if source is not None:
-        model.load_state_dict({k: v.to(dtype) for k, v in source.state_dict().items()})
-    return model
-
-
-def counting(fn, calls: dict, key: str):
-    @functools.wraps(fn)  # keeps the signature: transformers reads the parameters it may pass
-    def wrapper(*args, **kwargs):
-        calls[key] = calls.get(key, 0) + 1
-        return fn(*args, **kwargs)
-    return wrapper
-
-
-def greedy_mismatches(ref, prompt: list[int], tokens: list[int]) -> list[dict]:
-    """Positions where `tokens` is not fp64's greedy choice by more than MARGIN."""
-    import torch
-
-    ids = torch.tensor([prompt + tokens[:-1]])
-    with torch.no_grad():
-        logits = ref(ids).logits[0, len(prompt) - 1:]
-    bad = []
-    for i, t in enumerate(tokens):
-        gap = (logits[i].max() - logits[i, t]).item()
-        if gap > MARGIN:
-            bad.append({"step": i, "token": t, "best": int(logits[i].argmax()), "gap": gap})
-    return bad
 
 
 def _child() -> dict:
@@ -70,6 +29,7 @@ def _child() -> dict:
 
     from attnprof.serving import hub_kernel
     from attnprof.variants import kernel_hub
+    from tiny_models import counting, greedy_mismatches, tiny_llama
 
     module = kernel_hub.load()
     calls: dict = {}

@@ -34,11 +34,13 @@ class DecodeConfig:
     fused_reduce: bool = True  # the last CTA of a tile merges the splits (one launch); else a second launch does
     num_splits: int = 0  # 0: the heuristic below; n > 0: n splits (capped at the number of key blocks)
     max_block_m: int = 64  # the GQA group's query rows per M tile (Sq x Hq/Hkv rows, padded to >= 16)
+    ctas_per_sm: int = 2  # CTA slots per SM the split heuristic fills (FlashAttention-2 counts 2)
 
     def label(self) -> str:
         return (f"decode {self.block_n} w{self.num_warps} s{self.num_stages} "
                 + ("fused" if self.fused_reduce else "2-launch")
-                + (f" splits={self.num_splits}" if self.num_splits else ""))
+                + (f" splits={self.num_splits}" if self.num_splits else "")
+                + (f" {self.ctas_per_sm}/SM" if self.ctas_per_sm != 2 else ""))
 
 
 DEFAULT = DecodeConfig()
@@ -102,7 +104,7 @@ def plan(batch: int, hkv: int, rows: int, capacity: int, device: torch.device, c
     if wanted:
         splits = max(1, min(wanted, n_blocks, MAX_SPLITS))
     else:
-        splits = num_splits_heuristic(batch * hkv * m_tiles, 2 * sm_count(device), n_blocks, MAX_SPLITS)
+        splits = num_splits_heuristic(batch * hkv * m_tiles, cfg.ctas_per_sm * sm_count(device), n_blocks, MAX_SPLITS)
     split_len = triton.cdiv(n_blocks, splits) * cfg.block_n
     return Plan(block_m, m_tiles, triton.cdiv(n_blocks * cfg.block_n, split_len), split_len)
 
