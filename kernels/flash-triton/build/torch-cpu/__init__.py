@@ -32,7 +32,7 @@ from ._checks import refuse_unsupported
 from ._config import INTERPRETED, SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, Config, default_config
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
-from ._splits import DecodeConfig
+from ._splits import DecodeConfig, cdiv
 from ._varlen import flash_attn_varlen_func, varlen_attention
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
@@ -161,7 +161,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         desc_v = TensorDescriptor(v, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d])
     else:
         desc_q = desc_k = desc_v = None
-    grid = (triton.cdiv(sq, cfg.block_m), b * hq)
+    grid = (cdiv(sq, cfg.block_m), b * hq)
     attention_fwd[grid](
         q, k, v, out, desc_q, desc_k, desc_v, scale * math.log2(math.e),
         q.stride(0), q.stride(1), q.stride(2),

@@ -17,11 +17,11 @@ memset is captured with it).
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
 import torch
-import triton
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,14 @@ class Plan:
     split_len: int  # keys per split, a multiple of block_n
 
 
+def cdiv(a: int, b: int) -> int:
+    """Plain integer ceil-division: `triton.cdiv` is a jit function, ~8 µs per call from the host."""
+    return -(-a // b)
+
+
 def block_m_for(rows: int, cfg: DecodeConfig) -> int:
     """Rows of the M tile: the GQA group's Sq x G rows rounded up to a power of two, 16 <= BLOCK_M <= max_block_m."""
-    return max(16, min(cfg.max_block_m, triton.next_power_of_2(max(rows, 1))))
+    return max(16, min(cfg.max_block_m, 1 << (max(rows, 1) - 1).bit_length()))
 
 
 _SMS: dict[torch.device, int] = {}
@@ -94,19 +99,21 @@ def num_splits_heuristic(ctas: int, slots: int, n_blocks: int, max_splits: int) 
     return next(s for s, e in efficiency.items() if e >= 0.85 * best)
 
 
+@functools.lru_cache(maxsize=4096)
 def plan(batch: int, hkv: int, rows: int, capacity: int, device: torch.device, cfg: DecodeConfig,
          num_splits: int = 0) -> Plan:
-    """Grid for `rows` = Sq x G query rows per kv head over a cache of `capacity` key positions."""
+    """Grid for `rows` = Sq x G query rows per kv head over a cache of `capacity` key positions (a function of
+    shapes only, cached: a decode loop asks for the same few grids every step)."""
     block_m = block_m_for(rows, cfg)
-    m_tiles = triton.cdiv(rows, block_m)
-    n_blocks = max(1, triton.cdiv(capacity, cfg.block_n))
+    m_tiles = cdiv(rows, block_m)
+    n_blocks = max(1, cdiv(capacity, cfg.block_n))
     wanted = num_splits or cfg.num_splits
     if wanted:
         splits = max(1, min(wanted, n_blocks, MAX_SPLITS))
     else:
         splits = num_splits_heuristic(batch * hkv * m_tiles, cfg.ctas_per_sm * sm_count(device), n_blocks, MAX_SPLITS)
-    split_len = triton.cdiv(n_blocks, splits) * cfg.block_n
-    return Plan(block_m, m_tiles, triton.cdiv(n_blocks * cfg.block_n, split_len), split_len)
+    split_len = cdiv(n_blocks, splits) * cfg.block_n
+    return Plan(block_m, m_tiles, cdiv(n_blocks * cfg.block_n, split_len), split_len)
 
 
 _RING_SIZE = 1 << 20

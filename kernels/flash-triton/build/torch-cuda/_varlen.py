@@ -19,11 +19,11 @@ import dataclasses
 import math
 
 import torch
-import triton
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
 from ._config import Config, default_config
 from ._kernel import attention_fwd
+from ._splits import cdiv
 
 
 def varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k) -> str | None:
@@ -82,7 +82,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         desc_v = TensorDescriptor(v, [v.shape[0], hkv * d], [hkv * d, 1], [cfg.block_n, d])
     else:
         desc_q = desc_k = desc_v = None
-    grid = (triton.cdiv(max_seqlen_q, cfg.block_m), batch * hq)
+    grid = (cdiv(max_seqlen_q, cfg.block_m), batch * hq)
     attention_fwd[grid](
         q, k, v, out, desc_q, desc_k, desc_v, scale * math.log2(math.e),
         0, q.stride(0), q.stride(1),
