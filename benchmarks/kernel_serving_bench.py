@@ -150,8 +150,10 @@ def varlen_rows(mod, lengths: list[int], hq: int, hkv: int, d: int, flex_ok: boo
     per_seq = [(q[a:e].unsqueeze(0), k[a:e].unsqueeze(0), v[a:e].unsqueeze(0)) for a, e in spans]  # [1, S, H, D]
     heads_first = [tuple(t.transpose(1, 2).contiguous() for t in x) for x in per_seq]  # [1, H, S, D] for SDPA
     triton_cfg = mod.default_config(d, q.device)
+    gluon = mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
     fns = {
         "ours-varlen": lambda: mod.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True),
+        "ours-varlen-gluon": lambda: mod.varlen_attention(q, k, v, cu, cu, max(lengths), None, True, config=gluon),
         "ours-dense-per-seq": lambda: [mod.flash_attn_func(*x, causal=True) for x in per_seq],
         "ours-dense-triton-per-seq": lambda: [mod.attention(*x, None, True, config=triton_cfg) for x in per_seq],
         "sdpa-per-seq": lambda: [F.scaled_dot_product_attention(*x, is_causal=True, enable_gqa=True)

@@ -82,7 +82,8 @@ def render(rows: list[dict], copy_gbps: float, command: str, prov: dict, kernel:
         lines += ["## Varlen prefill (causal, packed)", "",
                   f"Lengths {varlen[0]['lengths']} (sum {sum(varlen[0]['lengths'])}); `ours-dense-per-seq` calls "
                   "`flash_attn_func` once per sequence (each picks its program: Gluon where the shape is aligned); "
-                  "`-triton-` forces the Triton program. Target: ours-varlen >= 0.95 x ours-dense-per-seq.", "",
+                  "`-triton-` forces the Triton program; `ours-varlen-gluon` is the warp-specialized Gluon program over the "
+                  "packed sequences (opt-in). Target: ours-varlen >= 0.95 x ours-dense-per-seq.", "",
                   "| impl | eager ms | graph ms | TF/s (graph) | × ours dense per seq |",
                   "| --- | ---: | ---: | ---: | ---: |"]
         for r in varlen:

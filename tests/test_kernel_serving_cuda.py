@@ -35,12 +35,15 @@ VARLEN = [  # (query lengths, key lengths, Hq, Hkv, D, dtype, causal, strided)
     ([512, 0, 1, 1000, 4096, 77], [512, 0, 1, 1000, 4096, 77], 32, 8, 128, "bf16", True, False),
     ([300, 1, 2000], [1300, 1, 2000], 8, 2, 64, "fp16", True, True),
     ([33, 700, 5], [700, 33, 0], 4, 4, 128, "bf16", False, False),
+    ([300, 0, 1, 2000, 130], [1300, 5, 1, 2000, 100], 8, 2, 128, "bf16", True, False),  # 30 rows see no key
 ]
+GLUON = dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
 
 
+@pytest.mark.parametrize("program", ["default", "gluon"])
 @pytest.mark.parametrize("case", VARLEN, ids=lambda c: f"{len(c[0])}seq-d{c[4]}-{c[5]}-{'causal' if c[6] else 'full'}"
                          + ("-strided" if c[7] else ""))
-def test_varlen_matches_oracle(mod, case):
+def test_varlen_matches_oracle(mod, case, program):
     lq, lk, hq, hkv, d, dtype, causal, strided = case
     gen = torch.Generator().manual_seed(sum(lq))
     q, cu_q = packed(lq, hq, d, DTYPES[dtype], "cuda", gen)
@@ -48,7 +51,13 @@ def test_varlen_matches_oracle(mod, case):
     v = torch.randn(k.shape, generator=gen).to(k)
     if strided:  # [total, H, D] views of [H, total, D] storage, as transformers passes them
         q, k, v = (t.transpose(0, 1).contiguous().transpose(0, 1) for t in (q, k, v))
-    out = mod.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal)
+    cfg = mod.Config(**GLUON) if program == "gluon" else None
+    if cfg is not None and (why := mod.gluon_varlen_unsupported(q, k, v, cfg)):
+        with pytest.raises(ValueError, match="Gluon program"):  # refused with the reason, never run wrong
+            mod.varlen_attention(q, k, v, cu_q, cu_k, max(lq), None, causal, config=cfg)
+        assert strided or torch.cuda.get_device_capability() != (9, 0), why
+        return
+    out = mod.varlen_attention(q, k, v, cu_q, cu_k, max(lq), None, causal, config=cfg)
     check = Check()
     for i in range(len(lq)):
         rows, keys = slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))

@@ -88,6 +88,12 @@ def _child() -> dict:
     check = Check()
     check.add(out[:45], q[:45], k[:45], v[:45], False, 64 ** -0.5)
     results["tma_neighbour_inf"] = check.result()
+    try:  # the Gluon program over packed sequences has no interpreter: refused with the reason, never run wrong
+        mod.varlen_attention(q, k, v, cu_q, cu_k, 45, None, True, config=mod.Config(128, 128, 4, 3, gluon=True,
+                                                                                     warp_specialize=True))
+        results["gluon_on_cpu"] = ""
+    except ValueError as e:
+        results["gluon_on_cpu"] = str(e)
     return results
 
 
@@ -139,6 +145,10 @@ def test_dense_entry_point_reads_strided_views(interp):
 def test_non_finite_values_in_the_next_sequence_do_not_leak_through_a_tma_tile(interp):
     r = interp["tma_neighbour_inf"]
     assert r["finite"] and r["err"] <= 2 * r["eager"], r
+
+
+def test_gluon_varlen_refused_on_the_cpu_with_the_reason(interp):
+    assert "needs a CUDA GPU" in interp["gluon_on_cpu"] and "ws gluon" in interp["gluon_on_cpu"]
 
 
 def _packed(total=10, hq=2, hkv=2, d=64, dtype=torch.float16):

@@ -33,11 +33,12 @@ from ._config import INTERPRETED, SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, Config,
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
 from ._splits import DecodeConfig, cdiv
-from ._varlen import flash_attn_varlen_func, varlen_attention
+from ._varlen import flash_attn_varlen_func, gluon_varlen_unsupported, varlen_attention
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
            "kvcache_attention", "Config", "DecodeConfig", "default_config", "choose_config", "check_inputs",
-           "gluon_unsupported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "INTERPRETED"]
+           "gluon_unsupported", "gluon_varlen_unsupported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES",
+           "INTERPRETED"]
 
 _DECODE_ROWS = 64  # Sq x G rows up to which flash_attn_func takes the decode program (one decode M tile)
 

@@ -7,6 +7,10 @@ tile), reading its sequence's offsets and lengths on the device, so nothing is r
 call can be captured in a CUDA graph as long as `max_seqlen_q` (the grid) stays the same. Query and key lengths
 may differ per sequence (the causal diagonal is bottom-right in each), and may be 0 or 1.
 
+`config=Config(128, 128, 4, 3, gluon=True, warp_specialize=True)` runs the warp-specialized Gluon program over the
+packed sequences instead (`_gluon_varlen.py`, sm_90, contiguous tensors); not the default until it has run on a
+GPU (TUNING.md step 8).
+
 Strided inputs are taken as they are (transformers passes `[total, H, D]` views of `[1, H, S, D]` tensors): the
 program reads through the token and head strides; only the head dim must be contiguous. TMA loads are used when
 the tensors are plain contiguous `[total, H, D]` on Hopper, pointer loads otherwise. Output rows of tokens past
@@ -21,7 +25,7 @@ import math
 import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
-from ._config import Config, default_config
+from ._config import INTERPRETED, Config, default_config
 from ._kernel import attention_fwd
 from ._splits import cdiv
 
@@ -56,9 +60,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     q `[total_q, Hq, D]`, k/v `[total_k, Hkv, D]` -> out `[total_q, Hq, D]`."""
     if problem := varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k):
         raise ValueError(f"flash-triton flash_attn_varlen_func: {problem}")
-    if config is not None and config.gluon:
-        raise ValueError(f"flash-triton flash_attn_varlen_func: {config.label()}: the Gluon programs take dense "
-                         "[B, S, H, D] tensors only (their TMA tiles never cross a sequence end)")
+    if config is not None and config.gluon and (why := gluon_varlen_unsupported(q, k, v, config)):
+        raise ValueError(f"flash-triton flash_attn_varlen_func: {config.label()}: {why}")
     max_seqlen_q = int(max_seqlen_q)
     if max_seqlen_q < 0:
         raise ValueError(f"flash-triton flash_attn_varlen_func: max_seqlen_q must be >= 0, got {max_seqlen_q}")
@@ -70,6 +73,9 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         return out
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
     cfg = config or default_config(d, q.device)
+    if cfg.gluon:
+        _launch_gluon_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, scale, bool(causal), cfg)
+        return out
     use_tma = _tma_ok(cfg, q, k, v)
     if cfg.use_tma != use_tma:
         cfg = dataclasses.replace(cfg, use_tma=use_tma)
@@ -96,6 +102,43 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
+
+
+def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
+    """None when the warp-specialized Gluon program over packed sequences (`_gluon_varlen.py`) can run these
+    (already checked) tensors with `cfg`, else why not. Not chosen by default: opt in with `config=`."""
+    if q.device.type != "cuda" or INTERPRETED:
+        return "the Gluon program needs a CUDA GPU (Gluon has no interpreter)"
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return "the Gluon program uses wgmma, which only sm_90 has"
+    if not (cfg.warp_specialize and not cfg.persistent and (cfg.block_m, cfg.num_warps) == (128, 4)):
+        return "the varlen Gluon program is the warp-specialized one: block_m 128, num_warps 4, not persistent"
+    if not all(t.is_contiguous() and t.shape[0] > 0 and t.data_ptr() % 16 == 0 for t in (q, k, v)):
+        return "the Gluon program reads contiguous, 16-byte aligned [total, H, D] tensors through TMA"
+    return None
+
+
+def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, causal: bool, cfg: Config) -> None:
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from ._gluon_varlen import attention_fwd_sm90_ws_varlen
+
+    d = q.shape[-1]
+    element = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+
+    def desc(t: torch.Tensor, block: int) -> TensorDescriptor:  # the 2-D view [total, H*D], tiles [block, D]
+        layout = gl.NVMMASharedLayout.get_default_for([block, d], element)
+        return TensorDescriptor(t, [t.shape[0], t.shape[1] * d], [t.shape[1] * d, 1], [block, d], layout)
+
+    hq, hkv = q.shape[1], k.shape[1]
+    grid = (cdiv(max_seqlen_q, cfg.block_m), (cu_q.shape[0] - 1) * hq)
+    attention_fwd_sm90_ws_varlen[grid](
+        desc(q, cfg.block_m // 2), desc(k, cfg.block_n), desc(v, cfg.block_n), out, out.stride(0),
+        scale * math.log2(math.e), hq, hq // hkv, cu_q, cu_k,
+        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
+        num_warps=cfg.num_warps,
+    )
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,

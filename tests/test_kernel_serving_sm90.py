@@ -4,13 +4,16 @@ machine code keeps what they are built for, before any GPU run.
 - The decode program streams K/V through Triton's software pipeliner (`cp.async` copies, `num_stages` deep) with
   no register spills; a paged cache keeps the same depth as a dense one (a block-table load inside the loop used
   to cut the K/V buffers to one stage: the page ids are now loaded a tile ahead); the fused merge has its atomics.
-- The prefill program with `VARLEN` compiles on both load paths (TMA descriptors and pointers).
+- The prefill program with `VARLEN` compiles on both load paths (TMA descriptors and pointers), and the
+  warp-specialized Gluon program over packed sequences keeps the Gluon program's schedule (softmax under the second
+  matmul, register hand-off to the consumers, no spills, within shared memory).
 Triton specialises pointers and strides divisible by 16 at launch; the signatures here say so (without it nothing
 vectorises and nothing is pipelined, which would test a kernel no GPU runs). Numerics: test_kernel_serving_cuda.py.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import re
 import subprocess
@@ -113,3 +116,37 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma):
     ttgir = kernel.asm["ttgir"]
     assert ttgir.count("async_tma_copy" if tma else "async_copy_global_to_local") >= 4
     assert kernel.metadata.shared <= SMEM_PER_SM
+
+
+def test_varlen_gluon_program_keeps_the_schedule(tmp_path):
+    gluon = pytest.importorskip("triton.experimental.gluon")  # noqa: F841
+    import sys
+    import types
+
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    pkg = types.ModuleType("flash_triton_src")  # the source as a package: _gluon_varlen imports ._gluon
+    pkg.__path__ = [str(SOURCE)]
+    sys.modules.setdefault("flash_triton_src", pkg)
+    fn = importlib.import_module("flash_triton_src._gluon_varlen").attention_fwd_sm90_ws_varlen
+
+    def desc(rows: int) -> str:
+        return f"tensordesc<bf16[{rows}, 128],{gl.NVMMASharedLayout.get_default_for([rows, 128], gl.bfloat16)!r}>"
+
+    names = fn.arg_names
+    sig = {n: "i32" for n in names}
+    sig.update(desc_q=desc(64), desc_k=desc(128), desc_v=desc(128), O="*bf16", qk_scale="fp32", CuSeqQ="*i32",
+               CuSeqK="*i32")
+    const = dict(HEAD_DIM=128, BLOCK_M=128, BLOCK_N=128, STAGES=3, CAUSAL=True, num_warps=4)
+    sig.update({k: "constexpr" for k in const})
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "stride_os", "CuSeqQ", "CuSeqK")}
+    kernel = triton.compile(GluonASTSource(fn, sig, {(names.index(k),): v for k, v in const.items()}, attrs),
+                            target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(kernel.asm["cubin"])
+    sass = subprocess.run([str(BIN / "nvdisasm"), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    regs, local = _usage(kernel, tmp_path)
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
+    assert local == 0 and kernel.metadata.shared <= SMEM_PER_SM
+
