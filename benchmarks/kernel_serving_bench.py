@@ -50,8 +50,8 @@ def timed(fn, rotate: int, methods=("eager", "graph")) -> dict:
         fn(step[0] % rotate)
         step[0] += 1
 
-    benches = {"eager": lambda: tt.do_bench(call, warmup=10, rep=30, return_mode="median"),
-               "graph": lambda: tt.do_bench_cudagraph(call, rep=30, return_mode="median")}
+    benches = {"eager": lambda: tt.do_bench(call, warmup=10, rep=20, return_mode="median"),
+               "graph": lambda: tt.do_bench_cudagraph(call, rep=20, return_mode="median")}
     out = {}
     for method in methods:
         try:
@@ -237,7 +237,13 @@ def main() -> int:
     copy_gbps = measure_copy("cuda", 1024, reps=30, warmup=5)
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
     print(f"copy ceiling {copy_gbps:.0f} GB/s (read + written), L2 {l2 / 2**20:.0f} MiB", file=sys.stderr, flush=True)
+    command = "PYTHONPATH=src python3 " + " ".join(shlex.quote(a) for a in sys.argv)
+    shape = {"heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim, "dtype": "bf16"}
     rows, flex_spent = [], 0.0
+
+    def save() -> str:  # after every cell: a run cut short by its time limit still leaves what it measured
+        return write_results(args.out, rows, copy_gbps, command, shape)
+
     if "decode" in parts:
         for b in map(int, args.batches.split(",")):
             for s in map(int, args.kv_lens.split(",")):
@@ -246,16 +252,26 @@ def main() -> int:
                                    flex_spent <= args.flex_budget_s)
                 flex_spent += (time.time() - t) if any(r["impl"] == "flex" and r["status"] == "ok" for r in cell) else 0
                 rows += cell
+                save()
                 print(f"decode B={b} S={s}: " + "  ".join(
                     f"{r['impl']} {r.get('graph', float('nan')) * 1e3:.1f}us" for r in cell)
                     + f"  ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
     if "varlen" in parts:
         lengths = [int(x) for x in args.varlen_lens.split(",")]
         rows += varlen_rows(mod, lengths, args.heads, args.kv_heads, args.head_dim, flex_spent <= args.flex_budget_s)
+        save()
         print(f"varlen done ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
     if "tune" in parts:
         rows += tune_rows(mod, args.heads, args.kv_heads, args.head_dim, l2)
         print(f"tune done ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+    print(save())
+    return 0
+
+
+def write_results(out: Path, rows: list[dict], copy_gbps: float, command: str, shape: dict) -> str:
+    """Rates beside their ceiling, then DIR/kernel-serving-bench.json and DIR/h200-kernel-serving.md; the markdown."""
+    from kernel_serving_report import render  # benchmarks/ is this script's folder, first on sys.path
+
     for r in rows:
         for method in ("eager", "graph"):
             if method in r and "kv_bytes" in r:
@@ -263,18 +279,14 @@ def main() -> int:
                 r[f"{method}_of_copy"] = r[f"{method}_gbps"] / copy_gbps
             if method in r and "flops" in r:
                 r[f"{method}_tflops"] = r["flops"] / (r[method] * 1e-3) / 1e12
-    command = "PYTHONPATH=src python3 " + " ".join(shlex.quote(a) for a in sys.argv)
     prov = provenance("cuda", seed=0)
-    shape = {"heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim, "dtype": "bf16"}
-    write_json(args.out / "kernel-serving-bench.json", {"schema": SCHEMA, "provenance": prov, "command": command,
-                                                        "kernel": kernel_hub.current().label(), "shape": shape,
-                                                        "copy_gbps": copy_gbps, "rows": rows})
-    from kernel_serving_report import render  # benchmarks/ is this script's folder, first on sys.path
-
-    md = render(rows, copy_gbps, command, prov, kernel_hub.current().label(), shape)
-    write_atomic(args.out / "h200-kernel-serving.md", md)
-    print(md)
-    return 0
+    kernel = kernel_hub.current().label()
+    write_json(out / "kernel-serving-bench.json", {"schema": SCHEMA, "provenance": prov, "command": command,
+                                                   "kernel": kernel, "shape": shape, "copy_gbps": copy_gbps,
+                                                   "rows": rows})
+    md = render(rows, copy_gbps, command, prov, kernel, shape)
+    write_atomic(out / "h200-kernel-serving.md", md)
+    return md
 
 
 if __name__ == "__main__":
