@@ -156,6 +156,7 @@ def _filler(module: ModuleType, mfu) -> Callable[[str], None]:
     process_varlen = mfu._lazy_define_process_function(varlen)
     process_kvcache = mfu._lazy_define_process_function(kvcache) if kvcache is not None else dict
 
+    @torch.compiler.disable  # plain Python on module globals: continuous batching may compile the forward around it
     def fill(implementation: str) -> None:
         if mfu._loaded_implementation == implementation and mfu._flash_varlen_fn is varlen:
             return
