@@ -10,7 +10,7 @@ TORCH ?= torch==2.13.0
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,models]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,models,cluster]'
 	touch $@
 
 demo: $(STAMP)

@@ -4,13 +4,19 @@ A cell is matched by its key (variant + workload), so results from two machines,
 commits compare cell by cell. Each side brings its own spread: the p20–p80 band of its repetitions. A cell
 counts as slower only when the bands do not overlap (B's p20 above A's p80) *and* the medians differ by more
 than `min_change`; the same rule the other way is an improvement. Anything in between is noise, and called so.
-A cell that ran in A and fails in B (oom, error, rejected) is a regression too.
+A cell that ran in A and fails in B (oom, error, rejected, failed) is a regression too.
+
+When either file spans several GPU kinds (a Ray sweep across a fleet), cells are matched by key *and* GPU kind, so
+each kind is compared with itself; two single-kind files (yesterday's H100 run, today's H200 run) still match by key
+alone, which is how two machines are compared.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from attnprof.bench.results import gpu_kind
 
 Verdict = Literal["regression", "improvement", "same", "status-change", "only-in-a", "only-in-b", "not-comparable"]
 
@@ -25,10 +31,12 @@ class Pair:
     ratio: float | None  # B p50 / A p50: > 1 means B is slower
     verdict: Verdict
     why: str
+    kind: str | None = None  # the GPU kind both sides ran on, when the files were matched per kind
 
     def to_json(self) -> dict:
         lat = lambda r: (r or {}).get("latency_ms")  # noqa: E731
-        return {"key": self.key, "variant": self.variant, "workload": self.label, "ratio_b_over_a": self.ratio,
+        return {"key": self.key, "variant": self.variant, "workload": self.label, "gpu_kind": self.kind,
+                "ratio_b_over_a": self.ratio,
                 "verdict": self.verdict, "why": self.why, "a_status": (self.a or {}).get("status"),
                 "b_status": (self.b or {}).get("status"), "a_latency_ms": lat(self.a), "b_latency_ms": lat(self.b)}
 
@@ -52,18 +60,22 @@ def judge(a: dict[str, Any], b: dict[str, Any], min_change: float) -> tuple[floa
 
 
 def compare(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], *, min_change: float = 0.05) -> list[Pair]:
-    """Every key of A (in A's order), then those only in B."""
-    a = {r["key"]: r for r in rows_a}
-    b = {r["key"]: r for r in rows_b}
+    """Every cell of A (in A's order), then those only in B; per GPU kind when either file spans several."""
+    per_kind = len({gpu_kind(r) for r in rows_a}) > 1 or len({gpu_kind(r) for r in rows_b}) > 1
+    ref = (lambda r: (r["key"], gpu_kind(r))) if per_kind else (lambda r: (r["key"], None))  # noqa: E731
+    a = {ref(r): r for r in rows_a}
+    b = {ref(r): r for r in rows_b}
     out: list[Pair] = []
-    for key, ra in a.items():
-        rb = b.get(key)
+    for (key, kind), ra in a.items():
+        rb = b.get((key, kind))
         if rb is None:
-            out.append(Pair(key, ra["variant"], ra.get("label", ""), ra, None, None, "only-in-a", "no such cell in B"))
+            out.append(Pair(key, ra["variant"], ra.get("label", ""), ra, None, None, "only-in-a", "no such cell in B",
+                            kind))
             continue
         ratio, verdict, why = judge(ra, rb, min_change)
-        out.append(Pair(key, ra["variant"], ra.get("label", ""), ra, rb, ratio, verdict, why))
-    for key, rb in b.items():
-        if key not in a:
-            out.append(Pair(key, rb["variant"], rb.get("label", ""), None, rb, None, "only-in-b", "no such cell in A"))
+        out.append(Pair(key, ra["variant"], ra.get("label", ""), ra, rb, ratio, verdict, why, kind))
+    for (key, kind), rb in b.items():
+        if (key, kind) not in a:
+            out.append(Pair(key, rb["variant"], rb.get("label", ""), None, rb, None, "only-in-b", "no such cell in A",
+                            kind))
     return out

@@ -4,7 +4,12 @@ A sweep can take an hour and be killed at any point, so the file is written line
 one `write` on an `O_APPEND` descriptor and is `fsync`ed before the next cell starts; a write that fails part way
 (a full disk) is cut back off, so a reader never sees half a row. A process killed inside that one write can
 still leave a torn last line with no newline: `read_results` drops it (and says so), and `--resume` redoes that
-cell. Every row carries `schema` ("attnprof.bench/1") and its own `provenance`.
+cell. Every row carries `schema` ("attnprof.bench/1") and its own `provenance`, whose `node` block says where the
+cell ran (host, process; on Ray the node and the GPU ids it was given).
+
+One file may span several GPU kinds (a sweep on a Ray cluster): a row's GPU kind is the device its provenance names,
+and speedups compare rows of the same kind only. A row's identity in the file is its cell key plus, when the sweep
+pinned cells to GPU kinds (`--accelerator-type`), that `target`: the same cell once per kind.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from typing import Any
 from attnprof.errors import UsageError
 
 SCHEMA = "attnprof.bench/1"
-STATUSES = ("ok", "rejected", "oom", "error")
+# failed: the cell produced no row of its own (its worker died on every attempt, its node was lost): Ray sweeps only
+STATUSES = ("ok", "rejected", "oom", "error", "failed")
 
 
 def results_path(path: Path) -> Path:
@@ -108,11 +114,28 @@ def baseline_key(row: dict[str, Any], baseline: str) -> str:
     return cell_key(baseline, row["workload"])
 
 
-def speedups(row: dict[str, Any], done: dict[str, dict[str, Any]]) -> dict[str, float | None]:
-    """p50 of `naive` (and of `sdpa`) on the same workload over this row's p50; None when either did not run."""
+def gpu_kind(row: dict[str, Any]) -> str:
+    """The device a row was measured on (`NVIDIA H200`, `CPU (x86_64, 2 cores)`); for a row that never ran on a
+    device (failed), the GPU kind it was pinned to, else "unknown"."""
+    return (row.get("provenance") or {}).get("device") or row.get("target") or "unknown"
+
+
+def row_id(row: dict[str, Any]) -> str:
+    """Identity of a row in its file: the cell key, plus `@target` when the sweep pinned cells to GPU kinds."""
+    return f"{row['key']}@{row['target']}" if row.get("target") else row["key"]
+
+
+def by_ref(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(cell key, GPU kind) → row, over the rows that ran: what `speedups` looks baselines up in."""
+    return {(r["key"], gpu_kind(r)): r for r in rows if r.get("status") == "ok"}
+
+
+def speedups(row: dict[str, Any], done: dict[tuple[str, str], dict[str, Any]]) -> dict[str, float | None]:
+    """p50 of `naive` (and of `sdpa`) on the same workload and GPU kind over this row's p50; None when either did not
+    run. `done` is `by_ref(rows)`."""
     out: dict[str, float | None] = {}
     for base in ("naive", "sdpa"):
-        ref = done.get(baseline_key(row, base))
+        ref = done.get((baseline_key(row, base), gpu_kind(row)))
         mine, theirs = _p50(row), _p50(ref) if ref else None
         out[f"vs_{base}"] = theirs / mine if mine and theirs else None
     return out
@@ -120,7 +143,7 @@ def speedups(row: dict[str, Any], done: dict[str, dict[str, Any]]) -> dict[str, 
 
 def with_speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows with `speedup` recomputed over the whole file (a resumed sweep may have run the baseline later)."""
-    done = {r["key"]: r for r in rows if r.get("status") == "ok"}
+    done = by_ref(rows)
     return [{**r, "speedup": speedups(r, done)} for r in rows]
 
 

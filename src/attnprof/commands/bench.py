@@ -4,6 +4,11 @@ The grid comes from comma-separated flags (`--seq 512,1024 --heads 16 …`) or a
 flags override the file. Each finished cell is appended to `results.jsonl` at once, so `--resume` continues an
 interrupted sweep without redoing a cell; a cell that runs out of memory or is rejected is recorded with its reason.
 `attnprof report DIR` turns the folder into pictures and an HTML page.
+
+`--ray [ADDRESS]` runs each cell as a Ray task with one GPU of its own (one CPU on a CPU-only sweep): without ADDRESS
+on a local runtime over this machine's GPUs, with `auto` or `host:port` on a running cluster. Rows still land in the
+one file as cells finish, each naming its node and GPU; a cell whose worker dies is retried (`--max-retries`), then
+recorded as `failed`. `--accelerator-type H100,A100` runs every cell once on each GPU kind (see docs/bench.md).
 """
 
 from __future__ import annotations
@@ -34,11 +39,38 @@ def register(sub) -> None:
     p.add_argument("--reps", type=int, default=20, help="timed calls per cell (default 20, min 5)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (default 3)")
     p.add_argument("--measure-ceilings", action="store_true", help="measure the ceilings first if none are cached")
+    c = p.add_argument_group("cluster (Ray; pip install 'attnprof[cluster]')")
+    c.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run each cell as a Ray task: a local runtime without ADDRESS, else `auto` or host:port")
+    c.add_argument("--max-retries", type=int, default=None,
+                   help="with --ray: runs again of a cell whose worker died (default 2), then it is `failed`")
+    c.add_argument("--accelerator-type", metavar="KIND[,KIND]",
+                   help="with --ray: run every cell once on each of these GPU kinds (Ray's names: H100, A100, …)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnprof.bench.executor import make_executor
+    from attnprof.bench.spec import split_list
+    from attnprof.errors import UsageError
+
+    if args.reps < 5 or args.warmup < 0:
+        raise UsageError("--reps must be >= 5 (p20/p80 of fewer are noise) and --warmup >= 0")
+    if args.resume and args.out is None and args.results is None:
+        raise UsageError("--resume needs --out DIR (or --results FILE) of the sweep to continue")
+    kinds = split_list(args.accelerator_type, "--accelerator-type") if args.accelerator_type else []
+    if args.ray is None and (kinds or args.max_retries is not None):
+        raise UsageError("--accelerator-type and --max-retries are for Ray sweeps; add --ray")
+    executor = make_executor(args.ray, max_retries=2 if args.max_retries is None else args.max_retries)
+    try:
+        return _run(args, executor, kinds)
+    finally:
+        executor.close()
+
+
+def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
     from attnprof.bench.ceilings import get_ceilings
+    from attnprof.bench.ray_executor import cluster_device
     from attnprof.bench.results import with_speedups
     from attnprof.bench.spec import build_grid
     from attnprof.bench.sweep import run_sweep
@@ -47,20 +79,27 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.report.render import err, progress
     from attnprof.workload import resolve_device
 
-    if args.reps < 5 or args.warmup < 0:
-        raise UsageError("--reps must be >= 5 (p20/p80 of fewer are noise) and --warmup >= 0")
-    if args.resume and args.out is None and args.results is None:
-        raise UsageError("--resume needs --out DIR (or --results FILE) of the sweep to continue")
-    device = resolve_device(args.device)
+    on_ray = args.ray is not None
+    device = cluster_device(args.device, executor) if on_ray else resolve_device(args.device)
+    if kinds and not device.startswith("cuda"):
+        raise UsageError("--accelerator-type picks GPU kinds: it needs --device cuda")
+    if on_ray:
+        executor.check(device, kinds)
     grid = build_grid(device, file=args.grid, variants=args.variants, seq=args.seq, batch=args.batch,
                       heads=args.heads, head_dim=args.head_dim, dtype=args.dtype, causal=args.causal,
                       tokens=args.tokens)
     cells = grid.cells(device)
     path = args.results or out_dir(args, "bench") / "results.jsonl"
-    ceilings = get_ceilings(device, measure=args.measure_ceilings)
-    err.print(f"[dim]{T.ceilings_line([_probe(ceilings, d) for d in grid.dtype])}[/dim]")
+    if on_ray:
+        ceilings = None  # each worker looks up the ceilings of the GPU it runs on
+        err.print(f"[dim]{executor.describe()}; {len(cells) * max(1, len(kinds))} task(s); ceilings looked up on each "
+                  "node (`attnprof ceilings` there, or --measure-ceilings)[/dim]")
+    else:
+        ceilings = get_ceilings(device, measure=args.measure_ceilings)
+        err.print(f"[dim]{T.ceilings_line([_probe(ceilings, d) for d in grid.dtype])}[/dim]")
+    total = len(cells) * max(1, len(kinds))
     with progress() as bar:
-        task = bar.add_task("bench", total=len(cells))
+        task = bar.add_task("bench", total=total)
 
         def on_cell(i: int, n: int, cell, phase: str) -> None:
             what = f"{cell.variant.name} on {cell.workload.label()}"
@@ -68,18 +107,19 @@ def run(args: argparse.Namespace) -> int:
                        description=what if phase == "start" else f"{what}: {phase}")
 
         summary = run_sweep(cells, path, seed=args.seed, reps=args.reps, warmup=args.warmup, ceilings=ceilings,
-                            resume=args.resume, argv=None,
-                            on_cell=on_cell)
-        bar.update(task, completed=len(cells), description="bench done")
+                            resume=args.resume, argv=None, on_cell=on_cell, executor=executor,
+                            accelerator_types=kinds, measure_ceilings=args.measure_ceilings)
+        bar.update(task, completed=total, description="bench done")
     for note in summary.notes:
         err.print(f"[yellow]{note}[/yellow]")
     rows = with_speedups(summary.rows)
-    T.print_terminal(rows, device)
+    T.print_terminal(rows, f"{device} via Ray" if on_ray else device)
     counts = summary.counts()
     err.print(f"results: {path} ({summary.ran} cells run, {summary.skipped} already done; "
               + ", ".join(f"{k} {v}" for k, v in counts.items()) + f"); pictures: attnprof report {path.parent}")
     emit_json(args, {"schema": "attnprof.bench/1", "results": str(path), "ran": summary.ran,
-                     "skipped": summary.skipped, "counts": counts, "claims": T.headline(rows)})
+                     "skipped": summary.skipped, "counts": counts, "claims": T.headline(rows),
+                     "executor": executor.name, "gpu_kinds": T.kinds(rows)})
     return 0
 
 

@@ -1,7 +1,8 @@
 """`attnprof compare A B`: two bench result files side by side, a ratio per cell, regressions flagged.
 
 A regression is a cell whose latency bands (p20–p80) do not overlap and whose median moved by more than
-`--min-change`, or a cell that ran in A and fails in B. `--fail-on-regression` turns any into exit 1.
+`--min-change`, or a cell that ran in A and fails in B. `--fail-on-regression` turns any into exit 1. When either
+file spans several GPU kinds (a Ray sweep), each kind is compared with itself (a GPU column says which).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ on fresh random inputs (the seed is printed and recorded), judged against k × t
 same dtype. Model level (`--model PRESET`): logits and greedy decoding of a padded batch per attention
 implementation against eager fp32. Writes verify.json (attnprof.verify/1) and verify.md to --out; exit 1 when
 anything fails, after writing the report.
+
+`--ray [ADDRESS]` runs the kernel level's cases as Ray tasks (one GPU each; a local runtime without ADDRESS, else
+`auto` or host:port); each case in verify.json names the node and GPU that ran it. The model level runs here.
 """
 
 from __future__ import annotations
@@ -44,10 +47,34 @@ def register(sub) -> None:
     m.add_argument("--decode-tokens", type=int, default=8, help="greedy tokens compared (default 8)")
     m.add_argument("--min-prefix", type=int, default=None,
                    help="identical greedy tokens required (default: all in fp32, not gated in bf16/fp16)")
+    c = p.add_argument_group("cluster (Ray; pip install 'attnprof[cluster]')")
+    c.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run the kernel level's cases as Ray tasks: a local runtime without ADDRESS, else auto or "
+                        "host:port")
+    c.add_argument("--max-retries", type=int, default=None,
+                   help="with --ray: runs again of a case whose worker died (default 2)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnprof.bench.executor import make_executor
+    from attnprof.errors import UsageError
+
+    if args.ray is not None and (args.level == "model" or (args.level is None and args.model)):
+        raise UsageError("--ray fans out the kernel level; the model level runs in this process (use --level both "
+                         "or drop --ray)")
+    if args.ray is None and args.max_retries is not None:
+        raise UsageError("--max-retries is for --ray runs; add --ray")
+    retries = 2 if args.max_retries is None else args.max_retries
+    executor = make_executor(args.ray, max_retries=retries) if args.ray is not None else None
+    try:
+        return _run(args, executor)
+    finally:
+        if executor is not None:
+            executor.close()
+
+
+def _run(args: argparse.Namespace, executor) -> int:
     import secrets
 
     from attnprof.commands.common import kernel_from_args
@@ -62,8 +89,14 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.workload import resolve_device
 
     kernel = kernel_from_args(args)  # both levels load the stage-four kernel from --kernel: bad syntax fails now
-    device = resolve_device(args.device)
-    dtypes = dtypes_for(args.dtype, device)
+    if executor is not None:
+        from attnprof.bench.ray_executor import cluster_device
+
+        device = cluster_device(args.device, executor)
+        executor.check(device)
+    else:
+        device = resolve_device(args.device)
+    dtypes = dtypes_for(args.dtype, device, check=executor is None)
     level = args.level or ("model" if args.model else "kernel")
     if level != "kernel" and not args.model:
         raise UsageError(f"--level {level} needs --model PRESET")
@@ -81,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                   "rule": rule.to_json(), "kernel": None, "model": None}
     failures: list[str] = []
     if level in ("kernel", "both"):
-        data["kernel"], kernel_failures = _kernel_level(args, device, dtypes, seed, rule)
+        data["kernel"], kernel_failures = _kernel_level(args, device, dtypes, seed, rule, executor)
         failures += kernel_failures
     if level in ("model", "both"):
         model_rule = ModelRule(k=args.k, min_prefix=args.min_prefix)
@@ -116,7 +149,7 @@ def _cases(args, device: str, dtype: str):
     return cases_for(device, dtype, args.cases)
 
 
-def _kernel_level(args, device: str, dtypes: list[str], seed: int, rule):
+def _kernel_level(args, device: str, dtypes: list[str], seed: int, rule, executor=None):
     from attnprof.commands.common import variants_from_args
     from attnprof.numerics.verify import kernel_level
     from attnprof.report.render import err, progress
@@ -132,11 +165,11 @@ def _kernel_level(args, device: str, dtypes: list[str], seed: int, rule):
             bar.update(task, description=f"{case.name} {case.workload.dtype}", advance=0 if not done else 1)
             done.append(case)
 
-        result = kernel_level(variants, cases, dtypes, seed=seed, rule=rule, on_case=on_case)
+        result = kernel_level(variants, cases, dtypes, seed=seed, rule=rule, on_case=on_case, executor=executor)
         bar.update(task, completed=len(cases), description="kernel level done")
     if result.not_verified:
         err.print(f"[dim]not verified: {', '.join(result.not_verified)} (plain PyTorch, the gate's baseline)[/dim]")
-    block = result.to_json()
+    block = {**result.to_json(), "executor": executor.name if executor is not None else "in-process"}
     print_kernel_level(block, list(result.runs))
     return block, result.failures()
 

@@ -5,14 +5,19 @@ reference, plain PyTorch in the case's dtype (the baseline), then each variant t
 the gate: `ok` passes, `lossy` (or a NaN/Inf output) fails, `rejected` keeps its own reason, and a variant that
 raises or runs out of memory is an error (a failure). A user function that returns the wrong shape raises
 UsageError, which is the user's input and propagates (exit 2).
+
+With an executor (`verify --ray`) each case is one job (`CaseRunner`, picklable) on whichever node runs it; the run
+names that node, and a case whose worker died on every attempt is an `error` for every variant, with the reason.
+The diagnosis budget is then per case rather than per variant over the whole run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
+from attnprof.bench.executor import Executor, Job
 from attnprof.numerics.cases import Case
 from attnprof.numerics.compare import Agreement, Reference
 from attnprof.numerics.diagnose import diagnose
@@ -50,12 +55,17 @@ class CaseResult:
 class CaseRun:
     case: Case
     seed: int
-    baseline: Agreement
+    baseline: Agreement | None  # None only when the case never ran (its worker died on every attempt)
     results: tuple[CaseResult, ...]
+    node: dict[str, Any] | None = None  # where it ran, when an executor ran it
 
     def to_json(self) -> dict:
-        return {**self.case.to_json(), "seed": self.seed, "baseline": self.baseline.to_json(),
-                "results": [r.to_json() for r in self.results]}
+        out = {**self.case.to_json(), "seed": self.seed,
+               "baseline": self.baseline.to_json() if self.baseline else None,
+               "results": [r.to_json() for r in self.results]}
+        if self.node is not None:
+            out["node"] = self.node
+        return out
 
 
 def verify_case(case: Case, variants: Sequence[Variant], *, seed: int, rule: Rule,
@@ -97,12 +107,50 @@ def verify_case(case: Case, variants: Sequence[Variant], *, seed: int, rule: Rul
     return CaseRun(case=case, seed=seed, baseline=gate.baseline, results=tuple(results))
 
 
+@dataclass(frozen=True)
+class CaseRunner:
+    """One case where an executor puts it (`verify_case`); the variants travel with their kernel repo (a `kernel`
+    variant pickles its `KernelSpec`). Payload: `(case, seed)`."""
+
+    variants: tuple[Variant, ...]
+    rule: Rule
+
+    def __call__(self, payload: tuple[Case, int]) -> CaseRun:
+        case, seed = payload
+        return verify_case(case, self.variants, seed=seed, rule=self.rule)
+
+
 def verify_kernels(variants: Sequence[Variant], cases: Sequence[Case], *, seed: int, rule: Rule = Rule(),
-                   on_case: Callable[[Case], None] | None = None) -> list[CaseRun]:
-    """Every case in order; case i draws its inputs from seed + i."""
+                   on_case: Callable[[Case], None] | None = None, executor: Executor | None = None) -> list[CaseRun]:
+    """Every case in order; case i draws its inputs from seed + i. With `executor`, the cases run as its jobs."""
+    if executor is not None:
+        return _on_executor(executor, CaseRunner(tuple(variants), rule), cases, seed, on_case)
     runs, budget = [], {}
     for i, case in enumerate(cases):
         if on_case is not None:
             on_case(case)
         runs.append(verify_case(case, variants, seed=seed + i, rule=rule, diagnose_budget=budget))
     return runs
+
+
+def _on_executor(executor: Executor, runner: CaseRunner, cases: Sequence[Case], seed: int,
+                 on_case: Callable[[Case], None] | None) -> list[CaseRun]:
+    jobs = [Job(i, (case, seed + i), case.workload.device, f"verify {case.name} {case.workload.dtype}")
+            for i, case in enumerate(cases)]
+    runs: list[CaseRun | None] = [None] * len(jobs)
+    outcomes = executor.run(runner, jobs)
+    try:
+        for o in outcomes:
+            case, case_seed = o.job.payload
+            if o.failure is None:
+                run = o.value
+            else:
+                run = CaseRun(case, case_seed, None, tuple(
+                    CaseResult(case.name, case.workload.dtype, v.name, "error", reason=f"never ran: {o.failure}")
+                    for v in runner.variants))
+            runs[o.job.index] = replace(run, node=o.node)
+            if on_case is not None:
+                on_case(case)
+    finally:
+        outcomes.close()
+    return [r for r in runs if r is not None]

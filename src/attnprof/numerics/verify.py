@@ -24,13 +24,14 @@ SCHEMA = "attnprof.verify/1"
 BASELINE_ITSELF = ("naive", "inplace")  # never verified: rows that would compare the baseline with itself
 
 
-def dtypes_for(spec: str | None, device: str) -> list[str]:
-    """`--dtype a,b` (default bf16,fp16 on CUDA, fp32,bf16 on the CPU), each checked to run here."""
+def dtypes_for(spec: str | None, device: str, *, check: bool = True) -> list[str]:
+    """`--dtype a,b` (default bf16,fp16 on CUDA, fp32,bf16 on the CPU), each checked to run here (`check`; not on a
+    cluster, whose GPUs are elsewhere: this machine cannot tell)."""
     if spec:
         names = [dtype_name(d.strip()) for d in spec.split(",") if d.strip()]
     else:
         names = ["bf16", "fp16"] if device.startswith("cuda") else ["fp32", "bf16"]
-    for d in names:
+    for d in names if check else ():
         check_runs_here(Workload(dtype=d, device=device))
     return list(dict.fromkeys(names))
 
@@ -75,7 +76,7 @@ class KernelLevel:
 
 
 def kernel_level(variants: Sequence[Variant], cases: Sequence[Case], dtypes: Sequence[str], *, seed: int,
-                 rule: Rule, on_case: Callable[[Case], None] | None = None) -> KernelLevel:
+                 rule: Rule, on_case: Callable[[Case], None] | None = None, executor=None) -> KernelLevel:
     """Every variant but the baseline itself on every case (case i draws its inputs from seed + i)."""
     skipped = {v.name: "plain PyTorch: the gate's baseline itself, so comparing it proves nothing"
                for v in variants if v.name in BASELINE_ITSELF}
@@ -83,7 +84,7 @@ def kernel_level(variants: Sequence[Variant], cases: Sequence[Case], dtypes: Seq
     if not kept:
         raise UsageError(f"{', '.join(skipped)} is plain PyTorch, the gate's own baseline; name a backend to verify "
                          "(default: " + ",".join(VERIFY_VARIANTS) + ")")
-    runs = verify_kernels(kept, cases, seed=seed, rule=rule, on_case=on_case)
+    runs = verify_kernels(kept, cases, seed=seed, rule=rule, on_case=on_case, executor=executor)
     return KernelLevel(tuple(dtypes), tuple(v.name for v in kept), skipped, tuple(runs))
 
 

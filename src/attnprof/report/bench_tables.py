@@ -2,12 +2,16 @@
 
 Every speed sits beside its ceiling: TFLOP/s with its % of the measured matmul peak, GB/s with its % of the
 measured copy bandwidth; "unknown" where the ceiling was never measured.
+
+A file that spans several GPU kinds (a sweep on a Ray cluster) gets a GPU column, claims per kind, and a side-by-side
+table: the same cell on each kind in one row.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from attnprof.bench.results import gpu_kind
 from attnprof.report.render import fmt
 
 HEADERS = ["variant", "workload", "status", "p50 ms", "p20–p80 ms", "TFLOP/s", "% matmul peak", "GB/s (min bytes)",
@@ -40,6 +44,42 @@ def cells(row: dict[str, Any]) -> list[str]:
             row.get("reason") or row.get("peak_mib_note") or ""]
 
 
+def kinds(rows: list[dict[str, Any]]) -> list[str]:
+    """The GPU kinds of the rows, in order of first appearance."""
+    return list(dict.fromkeys(gpu_kind(r) for r in rows))
+
+
+def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Headers and one row of cells per result; a leading GPU column when the rows span several kinds."""
+    if len(kinds(rows)) < 2:
+        return list(HEADERS), [cells(r) for r in rows]
+    return ["GPU", *HEADERS], [[gpu_kind(r), *cells(r)] for r in rows]
+
+
+def _brief(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "–"
+    if row["status"] != "ok":
+        return row["status"]
+    p50, tf, pct = (row.get("latency_ms") or {}).get("p50"), row.get("tflops"), row.get("pct_matmul_peak")
+    return f"{fmt(p50, '.4g')} ms · {fmt(tf, '.3g')} TF/s" + (f" ({pct:.3g}%)" if pct is not None else "")
+
+
+def side_by_side(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]] | None:
+    """The same cell (variant + workload) on each GPU kind in one row; None when the rows have one kind."""
+    names = kinds(rows)
+    if len(names) < 2:
+        return None
+    grid: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        grid.setdefault(r["key"], {})[gpu_kind(r)] = r
+    body = []
+    for per_kind in grid.values():
+        first = next(iter(per_kind.values()))
+        body.append([first["variant"], first.get("label", ""), *(_brief(per_kind.get(k)) for k in names)])
+    return ["variant", "workload", *names], body
+
+
 def ceilings_line(rows: list[dict[str, Any]]) -> str:
     """One sentence naming the ceilings the rows were measured against (or saying they are unknown)."""
     blocks = {}
@@ -54,7 +94,15 @@ def ceilings_line(rows: list[dict[str, Any]]) -> str:
 
 
 def headline(rows: list[dict[str, Any]]) -> list[str]:
-    """The seed's claims, answered from the rows: fused-vs-naive speedup range and peak-memory ratio per variant."""
+    """The seed's claims, answered from the rows: fused-vs-naive speedup range and peak-memory ratio per variant
+    (per GPU kind, each line naming it, when the rows span several)."""
+    names = kinds(rows)
+    if len(names) > 1:
+        return [f"{k}: {line}" for k in names for line in _headline([r for r in rows if gpu_kind(r) == k])]
+    return _headline(rows)
+
+
+def _headline(rows: list[dict[str, Any]]) -> list[str]:
     lines = []
     by_variant: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -78,37 +126,44 @@ def headline(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def print_terminal(rows: list[dict], device: str) -> None:
-    """`attnprof bench`'s table (every speed beside its ceiling) and its headline claims."""
+def print_terminal(rows: list[dict], where: str) -> None:
+    """`attnprof bench`'s table (every speed beside its ceiling; a GPU column when the rows span several kinds) and
+    its headline claims. `where`: the device, e.g. "cuda" or "cuda via Ray"."""
     from rich.table import Table
 
     from attnprof.report.render import out
 
-    table = Table(title=f"attnprof bench on {device}", caption=ceilings_line(rows), caption_justify="left")
-    for h in HEADERS:
-        table.add_column(h, overflow="fold")
-    for r in rows:
-        table.add_row(*cells(r), style={"oom": "red", "error": "red", "rejected": "yellow"}.get(r["status"]))
-    out.print(table)
+    headers, body = table(rows)
+    grid = Table(title=f"attnprof bench on {where}", caption=ceilings_line(rows), caption_justify="left")
+    for h in headers:
+        grid.add_column(h, overflow="fold")
+    for r, cells_ in zip(rows, body):
+        grid.add_row(*cells_, style={"oom": "red", "error": "red", "failed": "red", "rejected": "yellow"}.get(
+            r["status"]))
+    out.print(grid)
     for line in headline(rows):
         out.print(line)
 
 
 def print_pairs(pairs, path_a, path_b, rows_a: list[dict], rows_b: list[dict]) -> None:
-    """`attnprof compare`'s table: each cell's p50 (p20–p80) in A and B, the ratio and the verdict with its why."""
+    """`attnprof compare`'s table: each cell's p50 (p20–p80) in A and B, the ratio and the verdict with its why; a
+    GPU column when a file spans several GPU kinds (each kind compared with itself)."""
     from rich.table import Table
 
+    from attnprof.bench.results import gpu_kind
     from attnprof.report.render import out
 
-    dev = lambda rows: (rows[0].get("provenance") or {}).get("device") if rows else None  # noqa: E731
-    table = Table(title=f"A = {path_a} ({dev(rows_a)})   B = {path_b} ({dev(rows_b)})")
-    for h in ("variant", "workload", "A p50 ms (p20–p80)", "B p50 ms (p20–p80)", "B / A", "verdict", "why"):
-        table.add_column(h, overflow="fold")
+    dev = lambda rows: ", ".join(dict.fromkeys(gpu_kind(r) for r in rows)) or None  # noqa: E731
+    per_kind = any(p.kind for p in pairs)
+    grid = Table(title=f"A = {path_a} ({dev(rows_a)})   B = {path_b} ({dev(rows_b)})")
+    for h in (("GPU",) if per_kind else ()) + ("variant", "workload", "A p50 ms (p20–p80)", "B p50 ms (p20–p80)",
+                                              "B / A", "verdict", "why"):
+        grid.add_column(h, overflow="fold")
     style = {"regression": "bold red", "improvement": "green", "status-change": "yellow"}
     for p in pairs:
-        table.add_row(p.variant, p.label, _lat(p.a, fmt), _lat(p.b, fmt), fmt(p.ratio, ".3f"), p.verdict, p.why,
-                      style=style.get(p.verdict))
-    out.print(table)
+        grid.add_row(*((p.kind,) if per_kind else ()), p.variant, p.label, _lat(p.a, fmt), _lat(p.b, fmt),
+                     fmt(p.ratio, ".3f"), p.verdict, p.why, style=style.get(p.verdict))
+    out.print(grid)
 
 
 def _lat(row, fmt) -> str:

@@ -4,6 +4,8 @@ The HTML page needs nothing beside it: mail it, attach it to an issue, open it o
 came from a run (variant names, `package.module:function` specs, kernel names like `flash_fwd_kernel<Flash_fwd_
 kernel_traits<128, 64, ...>>`, error messages, the command line) goes through `html.escape`, so a `<` in a name
 is shown, never parsed. The markdown page carries the same tables and links the PNG files next to it.
+A results file that spans several GPU kinds (a Ray sweep across a fleet) adds a section with the same cell on each
+kind side by side, a GPU column to the table of every cell, and one line of claims per kind.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ figure{margin:0;border:1px solid #e3e3e3;border-radius:6px;padding:8px;backgroun
 figure img{width:100%;height:auto;display:block}figcaption{font-size:12px;color:#555;margin-top:4px}
 table{border-collapse:collapse;font-size:12px;width:100%}th,td{border-bottom:1px solid #eee;padding:3px 6px;
 text-align:left;vertical-align:top}th{background:#fafafa;position:sticky;top:0}td.num{text-align:right;
-font-variant-numeric:tabular-nums}tr.oom td,tr.error td{background:#fff1f1}tr.rejected td{background:#f6f6f6;color:#666}
+font-variant-numeric:tabular-nums}tr.oom td,tr.error td,tr.failed td{background:#fff1f1}tr.rejected td{background:#f6f6f6;color:#666}
 ul.claims li{margin:2px 0}
 """
 
@@ -79,11 +81,20 @@ def page(rows: list[dict[str, Any]], pngs: dict[str, bytes], source: str) -> str
             out.append(f'<figure><img alt="{_e(caption)}" src="data:image/png;base64,{data}">'
                        f"<figcaption>{_e(caption)}</figcaption></figure>")
     out.append("</div>")
+    both = T.side_by_side(rows)
+    if both is not None:
+        heads, body = both
+        out.append(f"<h2>The same cell on each GPU kind ({len(heads) - 2} kinds)</h2><table><thead><tr>"
+                   + "".join(f"<th>{_e(h)}</th>" for h in heads) + "</tr></thead><tbody>")
+        out.extend("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in line) + "</tr>" for line in body)
+        out.append("</tbody></table>")
+    heads, body = T.table(rows)
+    shift = len(heads) - len(T.HEADERS)  # the GPU column, when there is one
     out.append(f"<h2>Every cell ({len(rows)})</h2><table><thead><tr>"
-               + "".join(f"<th>{_e(h)}</th>" for h in T.HEADERS) + "</tr></thead><tbody>")
-    for r in rows:
-        tds = "".join(f'<td class="num">{_e(c)}</td>' if i in _NUMERIC else f"<td>{_e(c)}</td>"
-                      for i, c in enumerate(T.cells(r)))
+               + "".join(f"<th>{_e(h)}</th>" for h in heads) + "</tr></thead><tbody>")
+    for r, line in zip(rows, body):
+        tds = "".join(f'<td class="num">{_e(c)}</td>' if i - shift in _NUMERIC else f"<td>{_e(c)}</td>"
+                      for i, c in enumerate(line))
         out.append(f'<tr class="{_e(r["status"])}">{tds}</tr>')
     out.append("</tbody></table>")
     out.append('<p class="meta">FLOPs: 4·B·H·Sq·Sk·D, halved when causal (the FlashAttention benchmarks\' '
@@ -104,7 +115,10 @@ def markdown(rows: list[dict[str, Any]], source: str) -> str:
     if claims:
         lines += ["## What this machine shows", ""] + [f"- {md_escape(c)}" for c in claims] + [""]
     lines += ["## Pictures", ""] + [f"![{md_escape(cap)}]({name})" for name, cap in PLOTS] + [""]
-    lines += [f"## Every cell ({len(rows)})", "", md_table(T.HEADERS, [T.cells(r) for r in rows]), ""]
+    both = T.side_by_side(rows)
+    if both is not None:
+        lines += [f"## The same cell on each GPU kind ({len(both[0]) - 2} kinds)", "", md_table(*both), ""]
+    lines += [f"## Every cell ({len(rows)})", "", md_table(*T.table(rows)), ""]
     return "\n".join(lines)
 
 

@@ -7,8 +7,8 @@
    and copy ceilings. Naive moves far more than the minimum bytes, which is exactly why it sits far below its roof.
 
 Curves are grouped by variant and by whatever else varies in the sweep (heads, head dim, dtype, causal, batch),
-so one sweep over several configurations still gives readable lines. Ceilings that are unknown are not drawn,
-and the picture says so.
+so one sweep over several configurations still gives readable lines; a sweep over several GPU kinds draws one
+line per variant and kind. Ceilings that are unknown are not drawn, and the picture says so.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from attnprof.bench.results import gpu_kind
 from attnprof.files import write_atomic
 
 PLOTS = (("tflops.png", "TFLOP/s against sequence length, with the measured matmul ceiling"),
@@ -47,12 +48,13 @@ def series(rows: list[dict[str, Any]], value) -> dict[str, list[tuple[int, float
     ok = [r for r in rows if r["status"] == "ok"]
     varying = [k for k in ("heads", "head_dim", "dtype", "causal", "batch")
                if len({(r["workload"][k] if k != "batch" or not r.get("tokens") else r["tokens"]) for r in ok}) > 1]
+    fleet = len({gpu_kind(r) for r in ok}) > 1  # one results file over several GPU kinds: a line per kind
     out: dict[str, list[tuple[int, float]]] = {}
     for r in ok:
         v = value(r)
         if v is None:
             continue
-        label = " ".join(x for x in (r["variant"], _config(r, varying)) if x)
+        label = " ".join(x for x in (r["variant"], _config(r, varying), f"on {gpu_kind(r)}" if fleet else "") if x)
         out.setdefault(label, []).append((r["workload"]["seq"], v))
     return {k: sorted(v) for k, v in out.items()}
 

@@ -100,7 +100,8 @@ def markdown(data: dict, command: str) -> str:
                     cells.append(_md_cell(r))
                 lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
             lines += ["", "Plain PyTorch baseline (max abs / norm-rel): " + ", ".join(
-                f"{c['name']} {c['baseline']['max_abs']:.1e}/{c['baseline']['norm_rel']:.1e}" for c in cases), ""]
+                f"{c['name']} {c['baseline']['max_abs']:.1e}/{c['baseline']['norm_rel']:.1e}" for c in cases
+                if c["baseline"]), ""]
         lines += ["Cases: " + "; ".join(f"**{c['name']}** {c['why']}" for c in kernel["cases"]
                                         if c["workload"]["dtype"] == kernel["dtypes"][0]), ""]
         lines += _issues_md(kernel["summary"])

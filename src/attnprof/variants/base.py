@@ -54,6 +54,39 @@ class Variant:
     def __call__(self, inputs: Inputs) -> torch.Tensor:
         return self.fn(inputs)
 
+    def __reduce_ex__(self, protocol):
+        """Registry and user (`package.module:function`) variants travel by name to another process (a Ray worker)
+        and are looked up again there, a `kernel` variant by its `KernelSpec`: their functions close over torch
+        objects that do not pickle. Any other variant pickles field by field."""
+        from attnprof.variants import VARIANTS
+
+        if VARIANTS.get(self.name) is self:
+            return _registered, (self.name,)
+        if self.family == "user" and ":" in self.name:
+            return _user, (self.name,)
+        spec = getattr(self.fn, "kernel_spec", None)  # a `kernel` variant: rebuilt from the repo it loads
+        if spec is not None:
+            return _kernel, (spec,)
+        return super().__reduce_ex__(protocol)
+
+
+def _registered(name: str) -> Variant:
+    from attnprof.variants import VARIANTS
+
+    return VARIANTS[name]
+
+
+def _kernel(spec) -> Variant:
+    from attnprof.variants.kernel_hub import kernel_variant
+
+    return kernel_variant(spec)
+
+
+def _user(spec: str) -> Variant:
+    from attnprof.variants.user import load_user_variant
+
+    return load_user_variant(spec)
+
 
 def expand_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     """`[B, Hkv, S, D]` → `[B, Hq, S, D]`: query head h reads kv head h // (Hq // Hkv) (repeat_kv's order)."""

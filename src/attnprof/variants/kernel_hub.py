@@ -189,6 +189,7 @@ def kernel_variant(spec: KernelSpec = DEFAULT) -> Variant:
         return supports(workload, spec)
 
     run.__name__ = "kernel_attention"
+    run.kernel_spec = spec  # how the variant pickles (Variant.__reduce_ex__): by the repo it loads
     return Variant(name="kernel", fn=run, supports=accepts, family="kernel", backend="kernel",
                    description=f"a fused kernel loaded through the `kernels` library: {spec.label()}")
 

@@ -1,64 +1,46 @@
-"""flash-triton: a FlashAttention-2-style fused attention forward written in Triton.
+"""flash-triton: FlashAttention-style fused attention forward in Triton, with flash-attn's three entry points.
 
-Entry point, as in flash-attn: `flash_attn_func(q, k, v, softmax_scale=None, causal=False) -> out`, with q
-`[B, Sq, Hq, D]`, k and v `[B, Sk, Hkv, D]` (Hq a multiple of Hkv: GQA), out `[B, Sq, Hq, D]` in q's dtype.
-Causal is bottom-right aligned (query i sees keys j <= i + Sk - Sq); rows that see no key come out as zeros.
+    flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, ...)            dense  [B, S, H, D]
+    flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)  packed [total, H, D]
+    flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None, ...)
 
-Every input is checked before launch and refused with a ValueError that says why: fp16/bf16 only, head dim 64
-or 128, contiguous tensors, consistent shapes, one device. On the CPU the kernel runs only under Triton's
-interpreter, which must be on (TRITON_INTERPRET=1) when this module is loaded, because `@triton.jit` decides
-then whether it compiles or interprets.
+Same signatures, defaults and return values as flash-attn's (`flash_attn_interface.py`), so code written for
+kernels-community/flash-attn (transformers' continuous batching among it) calls these unchanged. GQA (Hq a multiple
+of Hkv), causal bottom-right aligned (query i sees keys j <= i + Sk - Sq; rows that see no key are zeros).
+
+Which program runs (`choose_config` says, before launch): the prefill program (`_kernel.py`, Triton; its Gluon twin
+in `_gluon.py` on sm_90 for aligned causal shapes) for prefill, the split-KV decode program (`_decode.py`) for
+`flash_attn_with_kvcache` and for `flash_attn_func` calls whose query rows of one GQA group fit one decode tile
+(Sq x Hq/Hkv <= 64: decode and short appends, where the prefill program would leave most of the GPU idle).
+
+Every input is checked before launch and refused with a ValueError that says why: fp16/bf16 only, head dim 64 or
+128, a contiguous head dim, consistent shapes, one device; flash-attn arguments this kernel does not implement
+(dropout, windows, softcap, ALiBi, rotary, sinks) are refused by name (`_checks.py`). On the CPU the kernels run
+only under Triton's interpreter, which must be on (TRITON_INTERPRET=1) when this module is loaded, because
+`@triton.jit` decides then whether it compiles or interprets.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 
 import torch
 import triton
 
+from ._checks import refuse_unsupported
+from ._config import INTERPRETED, SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, Config, default_config
 from ._kernel import attention_fwd
+from ._kvcache import flash_attn_with_kvcache, kvcache_attention
+from ._splits import DecodeConfig, cdiv
+from ._varlen import flash_attn_varlen_func, gluon_varlen_unsupported, varlen_attention
 
-__all__ = ["flash_attn_func", "attention", "Config", "default_config", "choose_config", "check_inputs", "gluon_unsupported",
-           "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES", "INTERPRETED"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
+           "kvcache_attention", "Config", "DecodeConfig", "default_config", "choose_config", "check_inputs",
+           "gluon_unsupported", "gluon_varlen_unsupported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES",
+           "INTERPRETED"]
 
-SUPPORTED_HEAD_DIMS = (64, 128)
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-# Whether this module's kernel was built for Triton's CPU interpreter (fixed when the module was loaded).
-INTERPRETED = not isinstance(attention_fwd, triton.runtime.jit.JITFunction)
-
-
-@dataclass(frozen=True)
-class Config:
-    """Launch shape of one kernel: tile sizes, warps, software-pipelining depth, TMA loads or pointers."""
-
-    block_m: int = 64
-    block_n: int = 64
-    num_warps: int = 4
-    num_stages: int = 3
-    use_tma: bool = True
-    warp_specialize: bool = False  # Triton's automatic producer/consumer warp split of the key loops
-    overlap: bool = False  # the unmasked key loop pipelined by hand: next block's QKᵀ issued before this softmax
-    poly_exp: bool = False  # half the unmasked exponentials as a polynomial on the FMA pipes (FlashAttention-4)
-    lazy_rescale: bool = False  # skip the accumulator rescale until a row max grew by > 8 (FlashAttention-4)
-    gluon: bool = False  # the hand-scheduled sm_90 program in `_gluon.py` (block_m = 16 * num_warps, TMA always);
-    # with warp_specialize: its two-consumer-warpgroup form (block_m 128, num_warps 4, plus a TMA producer warp)
-    persistent: bool = False  # that form with one CTA per SM walking the tiles (the producer runs into the next tile)
-
-    def label(self) -> str:
-        return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
-                + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else "") + (" px" if self.poly_exp else "")
-                + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else "")
-                + (" persistent" if self.persistent else ""))
-
-
-# Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+.
-_TUNED = {
-    64: Config(block_m=64, block_n=128, num_warps=4, num_stages=2, use_tma=True),
-    128: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
-}
+_DECODE_ROWS = 64  # Sq x G rows up to which flash_attn_func takes the decode program (one decode M tile)
 
 
 # The warp-specialized Gluon program where it runs (sm_90, aligned lengths) and measured faster than the Triton
@@ -67,10 +49,13 @@ _GLUON = Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True,
 _GLUON_MIN_SK = {64: 8192, 128: 0}
 
 
-def choose_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> Config:
-    """The config `flash_attn_func` launches for these inputs: the Gluon program when it takes them and is the faster
-    one at this head dim and length, else the tuned Triton program (`default_config`)."""
+def choose_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> Config | DecodeConfig:
+    """The config `flash_attn_func` launches for these inputs: the decode program when a GQA group's query rows fit
+    one decode tile, the Gluon program when it takes them and is the faster one at this head dim and length, else
+    the tuned Triton program (`default_config`)."""
     d = q.shape[-1]
+    if q.shape[1] * (q.shape[2] // max(k.shape[2], 1)) <= _DECODE_ROWS:
+        return DecodeConfig()
     # causal only: every H200 run of the Gluon programs so far was causal (their non-causal path compiles and is
     # in tests/test_kernel_cuda.py, but has not been run on a GPU yet), so non-causal stays on the Triton program
     if causal and k.shape[1] >= _GLUON_MIN_SK[d] and gluon_unsupported(q, k, causal, _GLUON) is None:
@@ -78,19 +63,12 @@ def choose_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> Config:
     return default_config(d, q.device)
 
 
-def default_config(head_dim: int, device: torch.device) -> Config:
-    """The tuned Triton config for this head dim; pointer loads where TMA is unavailable (pre-Hopper, interpreter)."""
-    cfg = _TUNED[head_dim]
-    tma_ok = (device.type == "cuda" and not INTERPRETED and torch.cuda.get_device_capability(device)[0] >= 9)
-    if cfg.use_tma and not tma_ok:
-        cfg = dataclasses.replace(cfg, use_tma=False)
-    return cfg
-
-
 def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Config) -> str | None:
     """None when the Gluon program (`_gluon.py`) can run these (already checked) inputs with `cfg`, else why not."""
     if q.device.type != "cuda" or INTERPRETED:
         return "the Gluon program needs a CUDA GPU (Gluon has no interpreter)"
+    if not (q.is_contiguous() and k.is_contiguous()):
+        return "the Gluon program reads contiguous [B, S, H, D] tensors through TMA (these are strided views)"
     major, minor = torch.cuda.get_device_capability(q.device)
     if (major, minor) != (9, 0):
         return f"the Gluon program uses wgmma, which only sm_90 has (this GPU is sm_{major}{minor})"
@@ -123,9 +101,9 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
             return f"{name} must be 4-D [B, S, H, D], got shape {tuple(t.shape)}"
         if t.dtype not in SUPPORTED_DTYPES:
             return f"{name} has dtype {t.dtype}; flash-triton supports float16 and bfloat16 only"
-        if not t.is_contiguous():
-            return (f"{name} is not contiguous (strides {t.stride()} for shape {tuple(t.shape)}); "
-                    "pass a contiguous [B, S, H, D] tensor, e.g. x.contiguous()")
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            return (f"{name} must have a contiguous last (head) dimension, got strides {t.stride()} for shape "
+                    f"{tuple(t.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
         return f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
     if not (q.device == k.device == v.device):
@@ -152,25 +130,29 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
-              causal: bool = False, *, config: Config | None = None) -> torch.Tensor:
-    """`flash_attn_func` with an explicit launch `config` (for tuning). `[B, S, H, D]` in and out."""
+              causal: bool = False, *, config: Config | DecodeConfig | None = None) -> torch.Tensor:
+    """`flash_attn_func` with an explicit launch `config` (for tuning). `[B, S, H, D]` in and out (any strides
+    with a contiguous head dim; TMA and the Gluon program only for contiguous tensors)."""
     reason = check_inputs(q, k, v)
     if reason is not None:
         raise ValueError(f"flash-triton: {reason}")
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
-    out = torch.empty_like(q)
-    if out.numel() == 0:
-        return out
-    if sk == 0:
-        return out.zero_()
-    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
-    if config is not None and config.gluon and (reason := gluon_unsupported(q, k, causal, config)):
+    if q.numel() == 0 or sk == 0:
+        return torch.zeros((b, sq, hq, d), dtype=q.dtype, device=q.device)
+    if config is not None and isinstance(config, Config) and config.gluon and (
+            reason := gluon_unsupported(q, k, causal, config)):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
+    if isinstance(cfg, DecodeConfig):  # k/v are a full dense cache: every sequence has Sk keys
+        return kvcache_attention(q, k, v, softmax_scale=softmax_scale, causal=causal, config=cfg)
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    out = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
     if cfg.gluon:
         _launch_gluon(q, k, v, out, scale, bool(causal), cfg)
         return out
+    if cfg.use_tma and not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        cfg = dataclasses.replace(cfg, use_tma=False)  # TMA reads the 2-D view [B*S, H*D]: contiguous tensors only
     if cfg.use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -180,14 +162,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         desc_v = TensorDescriptor(v, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d])
     else:
         desc_q = desc_k = desc_v = None
-    grid = (triton.cdiv(sq, cfg.block_m), b * hq)
+    grid = (cdiv(sq, cfg.block_m), b * hq)
     attention_fwd[grid](
         q, k, v, out, desc_q, desc_k, desc_v, scale * math.log2(math.e),
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
-        hq, hq // hkv, sq, sk,
+        hq, hq // hkv, sq, sk, None, None,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma,
         WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
         LAZY_RESCALE=cfg.lazy_rescale,
@@ -234,7 +216,11 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     )
 
 
-def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
-                    causal: bool = False) -> torch.Tensor:
-    """Fused attention forward. q `[B, Sq, Hq, D]`, k/v `[B, Sk, Hkv, D]` -> out `[B, Sq, Hq, D]`."""
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, s_aux=None):
+    """Fused attention forward, as flash-attn's `flash_attn_func`: q `[B, Sq, Hq, D]`, k/v `[B, Sk, Hkv, D]` ->
+    out `[B, Sq, Hq, D]`. `deterministic` is accepted (the forward always is); dropout, windows, softcap, ALiBi,
+    sinks and returned probabilities raise ValueError naming the argument."""
+    refuse_unsupported("flash_attn_func", dropout_p=dropout_p, window_size=window_size, softcap=softcap,
+                       alibi_slopes=alibi_slopes, s_aux=s_aux, return_attn_probs=return_attn_probs)
     return attention(q, k, v, softmax_scale, causal)

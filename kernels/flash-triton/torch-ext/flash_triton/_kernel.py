@@ -16,8 +16,14 @@ triangle) so the short tiles fill the tail of the grid.
 `OVERLAP` runs the unmasked loop software-pipelined by hand (`_attend_overlap`); `WARP_SPECIALIZE` asks Triton to split each key loop into producer (loads) and consumer (matmul/softmax) warps
 (`tl.range(..., warp_specialize=True)`); whether that pays on Hopper with Triton 3.6 is measured in TUNING.md.
 
-Loads use TMA descriptors over the 2-D view `[B*S, H*D]` when `USE_TMA` (Hopper+), plain pointers otherwise.
-A TMA tile that runs past the end of one sequence reads the next batch's first rows: those keys are masked to
+`VARLEN` is the same program over packed sequences (`flash_attn_varlen_func`): tensors `[total, H, D]`, sequence b
+is rows `cu_seqlens[b] : cu_seqlens[b+1]` (queries and keys each have their own), the grid's first axis covers the
+longest query sequence and a tile past its own sequence's end does no work. Everything else (causal diagonal
+bottom-right per sequence, the masked tail, rows that see no key) is the dense program's, with per-sequence lengths.
+
+Loads use TMA descriptors over the 2-D view `[B*S, H*D]` (varlen: `[total, H*D]`) when `USE_TMA` (Hopper+), plain
+pointers otherwise.
+A TMA tile that runs past the end of one sequence reads the next sequence's first rows: those keys are masked to
 -inf (probability exactly 0), those values are zeroed (0 · inf would be NaN) and those queries are never stored,
 so nothing of the next batch reaches this one, finite or not. The output is always stored with a row mask.
 """
@@ -164,12 +170,14 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
                   stride_kb, stride_ks, stride_kh,
                   stride_vb, stride_vs, stride_vh,
                   stride_ob, stride_os, stride_oh,
-                  H, GROUPS, SQ, SK,
+                  H, GROUPS, SQ, SK, CuSeqQ, CuSeqK,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
                   OVERLAP: tl.constexpr = False, POLY_EXP: tl.constexpr = False,
-                  LAZY_RESCALE: tl.constexpr = False):
-    """grid = (cdiv(Sq, BLOCK_M), B * H). Tensors `[B, S, H, D]`, last dim contiguous."""
+                  LAZY_RESCALE: tl.constexpr = False, VARLEN: tl.constexpr = False):
+    """grid = (cdiv(Sq, BLOCK_M), B * H). Tensors `[B, S, H, D]`, last dim contiguous. With `VARLEN`: tensors
+    `[total, H, D]` (the batch strides unused), `CuSeqQ`/`CuSeqK` the `[B + 1]` cumulative lengths, SQ the longest
+    query sequence (the grid), SK unused."""
     if CAUSAL:
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest tiles first
     else:
@@ -182,50 +190,66 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
 
-    k_base = K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
-    v_base = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
-    kv_row0 = b * SK
+    if VARLEN:  # this sequence's rows of the packed tensors, and its own lengths
+        q_row0 = tl.load(CuSeqQ + b)
+        sq = tl.load(CuSeqQ + b + 1) - q_row0
+        kv_row0 = tl.load(CuSeqK + b)
+        sk = tl.load(CuSeqK + b + 1) - kv_row0
+        q_base = Q + q_row0.to(tl.int64) * stride_qs + h.to(tl.int64) * stride_qh
+        o_base = O + q_row0.to(tl.int64) * stride_os + h.to(tl.int64) * stride_oh
+        k_base = K + kv_row0.to(tl.int64) * stride_ks + hk.to(tl.int64) * stride_kh
+        v_base = V + kv_row0.to(tl.int64) * stride_vs + hk.to(tl.int64) * stride_vh
+    else:
+        sq = SQ
+        sk = SK
+        q_row0 = b * SQ
+        kv_row0 = b * SK
+        q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+        o_base = O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+        k_base = K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
+        v_base = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
     kv_col = hk * HEAD_DIM
     if USE_TMA:
-        q = desc_q.load([b * SQ + m0, h * HEAD_DIM])
+        q = desc_q.load([q_row0 + m0, h * HEAD_DIM])
     else:
-        q_ptrs = (Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-                  + offs_m[:, None] * stride_qs + offs_d[None, :])
-        q = tl.load(q_ptrs, mask=offs_m[:, None] < SQ, other=0.0)
+        q_ptrs = q_base + offs_m[:, None] * stride_qs + offs_d[None, :]
+        q = tl.load(q_ptrs, mask=offs_m[:, None] < sq, other=0.0)
 
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-    diag = SK - SQ  # bottom-right alignment: row i sees keys j <= i + diag
+    diag = sk - sq  # bottom-right alignment: row i sees keys j <= i + diag
     if CAUSAL:
         # keys [0, full) are visible to every row of this tile; [full, end) cross the diagonal
-        full = tl.minimum(tl.maximum(m0 + diag + 1, 0), SK) // BLOCK_N * BLOCK_N
-        end = tl.minimum(tl.maximum(m0 + BLOCK_M + diag, 0), SK)
+        full = tl.minimum(tl.maximum(m0 + diag + 1, 0), sk) // BLOCK_N * BLOCK_N
+        end = tl.minimum(tl.maximum(m0 + BLOCK_M + diag, 0), sk)
     else:
-        full = SK // BLOCK_N * BLOCK_N
-        end = SK
+        full = sk // BLOCK_N * BLOCK_N
+        end = sk
+    if VARLEN:  # a tile past the end of its (shorter) sequence: no key block, nothing stored
+        full = tl.where(m0 < sq, full, 0)
+        end = tl.where(m0 < sq, end, 0)
     if OVERLAP:
         if full > 0:
             acc, l_i, m_i = _attend_overlap(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
-                                            stride_ks, stride_vs, 0, full, SK, qk_scale, BLOCK_N, HEAD_DIM, USE_TMA)
+                                            stride_ks, stride_vs, 0, full, sk, qk_scale, BLOCK_N, HEAD_DIM, USE_TMA)
     else:
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
-                                stride_ks, stride_vs, 0, full, offs_m, diag, SK, qk_scale,
+                                stride_ks, stride_vs, 0, full, offs_m, diag, sk, qk_scale,
                                 BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, POLY_EXP,
                                 False, LAZY_RESCALE)
     # the masked blocks: the causal diagonal inside Sk, then the one block that crosses Sk (if Sk is ragged)
-    ragged = SK // BLOCK_N * BLOCK_N  # >= full
+    ragged = sk // BLOCK_N * BLOCK_N  # >= full
     if CAUSAL:
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
-                                stride_ks, stride_vs, full, tl.minimum(end, ragged), offs_m, diag, SK, qk_scale,
+                                stride_ks, stride_vs, full, tl.minimum(end, ragged), offs_m, diag, sk, qk_scale,
                                 BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, False)
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
-                            stride_ks, stride_vs, ragged, end, offs_m, diag, SK, qk_scale,
+                            stride_ks, stride_vs, ragged, end, offs_m, diag, sk, qk_scale,
                             BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, True)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: acc is 0, output 0
     out = acc / l_safe[:, None]
-    o_ptrs = (O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
-              + offs_m[:, None] * stride_os + offs_d[None, :])
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < SQ)
+    o_ptrs = o_base + offs_m[:, None] * stride_os + offs_d[None, :]
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < sq)

@@ -1,0 +1,60 @@
+"""Launch configurations of the prefill program (`_kernel.py`) and what this module was built for.
+
+Shared by the dense entry point (`__init__.py`) and the packed one (`_varlen.py`): both launch the same Triton
+program, so they share its tuned tile shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ._kernel import attention_fwd
+
+SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+# Whether this module's kernels were built for Triton's CPU interpreter (fixed when the module was loaded).
+INTERPRETED = not isinstance(attention_fwd, triton.runtime.jit.JITFunction)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Launch shape of one kernel: tile sizes, warps, software-pipelining depth, TMA loads or pointers."""
+
+    block_m: int = 64
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+    use_tma: bool = True
+    warp_specialize: bool = False  # Triton's automatic producer/consumer warp split of the key loops
+    overlap: bool = False  # the unmasked key loop pipelined by hand: next block's QKᵀ issued before this softmax
+    poly_exp: bool = False  # half the unmasked exponentials as a polynomial on the FMA pipes (FlashAttention-4)
+    lazy_rescale: bool = False  # skip the accumulator rescale until a row max grew by > 8 (FlashAttention-4)
+    gluon: bool = False  # the hand-scheduled sm_90 program in `_gluon.py` (block_m = 16 * num_warps, TMA always);
+    # with warp_specialize: its two-consumer-warpgroup form (block_m 128, num_warps 4, plus a TMA producer warp)
+    persistent: bool = False  # that form with one CTA per SM walking the tiles (the producer runs into the next tile)
+
+    def label(self) -> str:
+        return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
+                + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else "") + (" px" if self.poly_exp else "")
+                + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else "")
+                + (" persistent" if self.persistent else ""))
+
+
+# Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+.
+_TUNED = {
+    64: Config(block_m=64, block_n=128, num_warps=4, num_stages=2, use_tma=True),
+    128: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
+}
+
+
+def default_config(head_dim: int, device: torch.device) -> Config:
+    """The tuned Triton config for this head dim; pointer loads where TMA is unavailable (pre-Hopper, interpreter)."""
+    cfg = _TUNED[head_dim]
+    tma_ok = (device.type == "cuda" and not INTERPRETED and torch.cuda.get_device_capability(device)[0] >= 9)
+    if cfg.use_tma and not tma_ok:
+        cfg = dataclasses.replace(cfg, use_tma=False)
+    return cfg

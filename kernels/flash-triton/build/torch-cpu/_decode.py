@@ -1,0 +1,306 @@
+"""The decode program: attention of a few new queries over a KV cache, split along the keys ("flash-decoding").
+
+Why a second Triton program: at decode a sequence has Sq = 1 (or a handful, when appending or speculating) and
+thousands of keys. The prefill program (`_kernel.py`) gives one CTA per (batch, query head, 64 query rows): at
+batch 1 that is 32 CTAs on 132 SMs, each walking the whole cache for one mostly-empty query tile, and the GQA
+group's query heads each read the same K/V again. Here:
+  - the query rows of one KV head's whole GQA group (Sq × Hq/Hkv rows, ordered (query, head)) form one M tile, so
+    every K/V byte is read once per step (`BLOCK_M` ≥ 16 for the tensor cores; the rows past Sq·G are padding);
+  - the key range is split across `num_splits` CTAs (grid: splits × B·Hkv × M tiles), each folding its keys into
+    a partial (m, l, acc) with the online softmax; the partials are merged by log-sum-exp. With `FUSED_REDUCE` the
+    last CTA of a (b, kv head, M tile) to finish merges them (an atomic counter per tile says which CTA is last;
+    it puts the counter back to 0 for the next call), so one call is one launch; otherwise `kvcache_reduce` merges
+    them in a second launch;
+  - the number of splits and the split length come from shapes only (the cache capacity), never from
+    `cache_seqlens` on the host: a split past a sequence's end does no work and is not merged. Nothing here syncs
+    with the host, so a step can be captured in a CUDA graph.
+The cache is dense (`[B_cache, S_cache, Hkv, D]`, row b of the batch at `cache_batch_idx[b]`) or paged
+(`[num_blocks, PAGE_SIZE, Hkv, D]`): key position p of sequence b lives at row `p % PAGE_SIZE` of block
+`block_table[b, p // PAGE_SIZE]`, translated row by row, so any page size works and a tile may span pages.
+
+New keys/values (`APPEND`, the `k`/`v` of `flash_attn_with_kvcache`) sit at positions `cache_seqlens[b] + i`: the
+attention reads them from `K_new`/`V_new`, and the CTA whose split holds a position writes it into the cache (M tile
+0 only), so no CTA reads a cache row another one writes. Causal is bottom-right: query i sees keys
+j <= i + L - Sq with L = cache_seqlens + Snew. A sequence with cache_seqlens < 0 (transformers pads its decode
+batches that way) has no keys and appends nothing; positions past the cache capacity are neither written nor read.
+Softmax in base 2 (log2(e) folded into `qk_scale`), as in `_kernel.py`; LSE out in natural log, +inf for a row
+that saw no key (flash-attn's convention), whose output is 0.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _kv_rows(Cache, Table, b, cb, hk, pos, stride_cb, stride_cs, stride_ch, stride_bt, PAGE_SIZE: tl.constexpr,
+             mask):
+    """Pointers to the cache rows of key positions `pos` (`[BLOCK_N]`) of sequence b, kv head hk."""
+    if PAGE_SIZE > 0:
+        page = tl.load(Table + b.to(tl.int64) * stride_bt + pos // PAGE_SIZE, mask=mask, other=0)
+        row = page.to(tl.int64) * stride_cb + (pos % PAGE_SIZE).to(tl.int64) * stride_cs
+    else:
+        row = cb.to(tl.int64) * stride_cb + pos.to(tl.int64) * stride_cs
+    return Cache + row + hk.to(tl.int64) * stride_ch
+
+
+@triton.jit
+def _tile_pages(Table, b, start, limit, stride_bt, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The block-table entries of the key tile at `start` (a multiple of BLOCK_N): one entry when pages hold whole
+    tiles (PAGE_SIZE a multiple of BLOCK_N), one per row otherwise, nothing for a dense cache. The main loop loads
+    them one tile ahead and carries them, so the tile's K/V loads do not wait on an in-loop load and Triton's
+    pipeliner keeps `num_stages` of them in flight (loaded in the same iteration, they got one)."""
+    if PAGE_SIZE == 0:
+        return 0
+    elif PAGE_SIZE >= BLOCK_N and PAGE_SIZE % BLOCK_N == 0:
+        return tl.load(Table + b.to(tl.int64) * stride_bt + start // PAGE_SIZE, mask=start < limit, other=0)
+    else:
+        pos = start + tl.arange(0, BLOCK_N)
+        return tl.load(Table + b.to(tl.int64) * stride_bt + pos // PAGE_SIZE, mask=pos < limit, other=0)
+
+
+@triton.jit
+def _tile_ptrs(Cache, pages, cb, hk, start, stride_cb, stride_cs, stride_ch, PAGE_SIZE: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+    """Row pointers `[BLOCK_N]` of the key tile at `start`, given its `_tile_pages`."""
+    pos = start + tl.arange(0, BLOCK_N)
+    if PAGE_SIZE == 0:
+        row = cb.to(tl.int64) * stride_cb + pos.to(tl.int64) * stride_cs
+    else:
+        row = pages.to(tl.int64) * stride_cb + (pos % PAGE_SIZE).to(tl.int64) * stride_cs
+    return Cache + row + hk.to(tl.int64) * stride_ch
+
+
+@triton.jit
+def _lengths(Seqlens, LeftPad, b, seqlen_scalar, S_NEW, cap,
+             HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, APPEND: tl.constexpr):
+    """(old, total, lo): keys already cached, keys after the append (capped at the capacity), first valid key."""
+    if HAS_SEQLENS:
+        old = tl.load(Seqlens + b).to(tl.int32)
+    else:
+        old = seqlen_scalar + tl.zeros([], tl.int32)
+    active = old >= 0  # transformers gives -1 to the padding sequences of a decode batch
+    old = tl.where(active, tl.minimum(old, cap), 0)
+    total = old
+    if APPEND:
+        total = tl.where(active, tl.minimum(old + S_NEW, cap), 0)
+    if HAS_LEFTPAD:
+        lo = tl.load(LeftPad + b).to(tl.int32)
+    else:
+        lo = tl.zeros([], tl.int32)
+    return old, total, lo
+
+
+@triton.jit
+def _tile_rows(mt, SQ, GROUPS, BLOCK_M: tl.constexpr):
+    """Rows of M tile `mt`: row r is query r // G of head r % G of the group; valid for r < Sq·G."""
+    offs_m = mt * BLOCK_M + tl.arange(0, BLOCK_M)
+    return offs_m, offs_m // GROUPS, offs_m % GROUPS, offs_m < SQ * GROUPS
+
+
+@triton.jit
+def _key_limit(mt, total, SQ, GROUPS, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr):
+    """One past the last key any row of M tile `mt` sees."""
+    if CAUSAL:
+        last_q = tl.minimum((mt * BLOCK_M + BLOCK_M - 1) // GROUPS, SQ - 1)
+        return tl.maximum(tl.minimum(total, last_q + total - SQ + 1), 0)
+    else:
+        return total
+
+
+@triton.jit
+def _split_span(lo, limit, split_len):
+    """[first, end) of the splits with keys: split s holds keys [max(lo, s·len), min(limit, (s+1)·len))."""
+    first = lo // split_len
+    return first, tl.where(lo < limit, tl.cdiv(limit, split_len), first)
+
+
+@triton.jit
+def _merge(m_a, l_a, acc_a, m_b, l_b, acc_b):
+    """Log-sum-exp merge of two partial softmax states (base 2); a state with m = -inf contributes nothing."""
+    m = tl.maximum(m_a, m_b)
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    a = tl.math.exp2(m_a - m_use)
+    b = tl.math.exp2(m_b - m_use)
+    return m, l_a * a + l_b * b, acc_a * a[:, None] + acc_b * b[:, None]
+
+
+@triton.jit
+def _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL: tl.constexpr):
+    """One key block into the online softmax: keys `pos` (`ok`: inside this split), causal limit per row."""
+    qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) fp32
+    keep = ok[None, :]
+    if CAUSAL:
+        keep = keep & (pos[None, :] <= row_lim[:, None])
+    qk = tl.where(keep, qk * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet: exp2 gives 0, not NaN
+    p = tl.math.exp2(qk - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ,
+            stride_ob, stride_os, stride_oh, STORE_LSE: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """out = acc / l into `[B, Sq, Hq, D]`; LSE (natural log, `[B, Hq, Sq]`) = (m + log2 l)·ln 2, +inf when l = 0."""
+    h = hk * GROUPS + g
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    offs_d = tl.arange(0, HEAD_DIM)
+    o_ptrs = (O + b.to(tl.int64) * stride_ob + qi.to(tl.int64)[:, None] * stride_os + h.to(tl.int64)[:, None] * stride_oh
+              + offs_d[None, :])
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    if STORE_LSE:
+        lse = tl.where(l_i == 0.0, float("inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+        tl.store(LSE + (b.to(tl.int64) * HQ + h) * SQ + qi, lse, mask=row_ok)
+
+
+@triton.jit
+def _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, NUM_SPLITS_MAX):
+    """Merge the partials of splits [n_lo, n_hi) of one (b, kv head, M tile). Partials `[tiles, splits, BLOCK_M, D]`
+    (acc) and `[tiles, splits, BLOCK_M, 2]` (m, l), read past L1 (`.cg`: another SM wrote them)."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = offs_m % BLOCK_M
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for s in range(n_lo, n_hi):
+        base = tile.to(tl.int64) * NUM_SPLITS_MAX + s
+        ml = PartML + (base * BLOCK_M + rows) * 2
+        m_s = tl.load(ml, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+        l_s = tl.load(ml + 1, mask=row_ok, other=0.0, cache_modifier=".cg")
+        acc_s = tl.load(PartAcc + (base * BLOCK_M + rows)[:, None] * HEAD_DIM + offs_d[None, :],
+                        mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
+        m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPad, Table, PartAcc, PartML, Counters,
+                seqlen_scalar, qk_scale,
+                stride_qb, stride_qs, stride_qh,
+                stride_kcb, stride_kcs, stride_kch,
+                stride_vcb, stride_vcs, stride_vch,
+                stride_knb, stride_kns, stride_knh,
+                stride_vnb, stride_vns, stride_vnh,
+                stride_ob, stride_os, stride_oh, stride_bt,
+                HQ, HKV, GROUPS, SQ, S_NEW, cap, split_len, num_splits,
+                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                CAUSAL: tl.constexpr, APPEND: tl.constexpr, HAS_SEQLENS: tl.constexpr,
+                HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr, SPLIT: tl.constexpr,
+                FUSED_REDUCE: tl.constexpr, STORE_LSE: tl.constexpr):
+    """grid = (num_splits, B * Hkv, cdiv(Sq * G, BLOCK_M)). q `[B, Sq, Hq, D]`, caches dense `[B_c, S_c, Hkv, D]` or
+    paged `[blocks, PAGE_SIZE, Hkv, D]`, k/v new `[B, Snew, Hkv, D]`, out `[B, Sq, Hq, D]`; last dims contiguous."""
+    s = tl.program_id(0)
+    bk = tl.program_id(1)
+    mt = tl.program_id(2)
+    b = bk // HKV
+    hk = bk % HKV
+    tile = bk * tl.num_programs(2) + mt
+    if HAS_BATCH_IDX:
+        cb = tl.load(BatchIdx + b)
+    else:
+        cb = b
+    old, total, lo = _lengths(Seqlens, LeftPad, b, seqlen_scalar, S_NEW, cap, HAS_SEQLENS, HAS_LEFTPAD, APPEND)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+
+    if APPEND:  # write this split's share of the new keys/values into the cache (M tile 0 only)
+        w_lo = tl.maximum(old, s * split_len)
+        w_hi = tl.where(mt == 0, tl.minimum(total, s * split_len + split_len), w_lo)
+        for start in tl.range(w_lo, w_hi, BLOCK_N, num_stages=1):
+            pos = start + offs_n
+            ok = pos < w_hi
+            src = (pos - old).to(tl.int64)[:, None]
+            kn = tl.load(KNew + b.to(tl.int64) * stride_knb + src * stride_kns + hk * stride_knh + offs_d[None, :],
+                         mask=ok[:, None], other=0.0)
+            vn = tl.load(VNew + b.to(tl.int64) * stride_vnb + src * stride_vns + hk * stride_vnh + offs_d[None, :],
+                         mask=ok[:, None], other=0.0)
+            k_dst = _kv_rows(KCache, Table, b, cb, hk, pos, stride_kcb, stride_kcs, stride_kch, stride_bt, PAGE_SIZE, ok)
+            v_dst = _kv_rows(VCache, Table, b, cb, hk, pos, stride_vcb, stride_vcs, stride_vch, stride_bt, PAGE_SIZE, ok)
+            tl.store(k_dst[:, None] + offs_d[None, :], kn.to(KCache.dtype.element_ty), mask=ok[:, None])
+            tl.store(v_dst[:, None] + offs_d[None, :], vn.to(VCache.dtype.element_ty), mask=ok[:, None])
+
+    offs_m, qi, g, row_ok = _tile_rows(mt, SQ, GROUPS, BLOCK_M)
+    h = hk * GROUPS + g
+    q = tl.load(Q + b.to(tl.int64) * stride_qb + qi.to(tl.int64)[:, None] * stride_qs
+                + h.to(tl.int64)[:, None] * stride_qh + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    row_lim = qi + total - SQ  # causal: the last key each row sees
+    limit = _key_limit(mt, total, SQ, GROUPS, CAUSAL, BLOCK_M)
+    k_lo = tl.maximum(lo, s * split_len)
+    k_hi = tl.minimum(limit, s * split_len + split_len)
+
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    cache_hi = k_hi
+    if APPEND:
+        cache_hi = tl.minimum(k_hi, old)
+    pages = _tile_pages(Table, b, k_lo, cache_hi, stride_bt, PAGE_SIZE, BLOCK_N)
+    for start in range(k_lo, cache_hi, BLOCK_N):  # the cached keys: the stream this program exists for
+        pos = start + offs_n
+        ok = pos < cache_hi
+        k_ptr = _tile_ptrs(KCache, pages, cb, hk, start, stride_kcb, stride_kcs, stride_kch, PAGE_SIZE, BLOCK_N)
+        v_ptr = _tile_ptrs(VCache, pages, cb, hk, start, stride_vcb, stride_vcs, stride_vch, PAGE_SIZE, BLOCK_N)
+        pages = _tile_pages(Table, b, start + BLOCK_N, cache_hi, stride_bt, PAGE_SIZE, BLOCK_N)  # the next tile's
+        k = tl.load(k_ptr[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        v = tl.load(v_ptr[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL)
+    if APPEND:  # this split's new keys, read from k/v (another CTA may be writing them into the cache right now)
+        for start in tl.range(tl.maximum(k_lo, old), k_hi, BLOCK_N, num_stages=1):
+            pos = start + offs_n
+            ok = pos < k_hi
+            src = (pos - old).to(tl.int64)[:, None]
+            k = tl.load(KNew + b.to(tl.int64) * stride_knb + src * stride_kns + hk * stride_knh + offs_d[None, :],
+                        mask=ok[:, None], other=0.0).to(KCache.dtype.element_ty)
+            v = tl.load(VNew + b.to(tl.int64) * stride_vnb + src * stride_vns + hk * stride_vnh + offs_d[None, :],
+                        mask=ok[:, None], other=0.0).to(VCache.dtype.element_ty)
+            m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL)
+
+    if SPLIT:
+        if k_lo < k_hi:  # an empty split stores nothing; the merge skips it
+            part = tile.to(tl.int64) * num_splits + s
+            rows = offs_m % BLOCK_M
+            ml = PartML + (part * BLOCK_M + rows) * 2
+            tl.store(ml, m_i, mask=row_ok)
+            tl.store(ml + 1, l_i, mask=row_ok)
+            tl.store(PartAcc + (part * BLOCK_M + rows)[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=row_ok[:, None])
+        if FUSED_REDUCE:
+            tl.debug_barrier()  # every thread's partial stores before the release below
+            done = tl.atomic_add(Counters + tile, 1, sem="acq_rel")
+            if done == num_splits - 1:  # the last CTA of this tile: merge every non-empty split, reset the counter
+                n_lo, n_hi = _split_span(lo, limit, split_len)
+                m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, HEAD_DIM,
+                                               num_splits)
+                _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
+                        STORE_LSE, HEAD_DIM)
+                tl.atomic_xchg(Counters + tile, 0)
+    else:
+        _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
+                STORE_LSE, HEAD_DIM)
+
+
+@triton.jit
+def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, PartML, seqlen_scalar,
+                   stride_ob, stride_os, stride_oh,
+                   HQ, HKV, GROUPS, SQ, S_NEW, cap, split_len, num_splits,
+                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, APPEND: tl.constexpr,
+                   HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, STORE_LSE: tl.constexpr):
+    """The merge as its own launch (when `FUSED_REDUCE` is off): grid = (B * Hkv, M tiles)."""
+    bk = tl.program_id(0)
+    mt = tl.program_id(1)
+    b = bk // HKV
+    hk = bk % HKV
+    tile = bk * tl.num_programs(1) + mt
+    old, total, lo = _lengths(Seqlens, LeftPad, b, seqlen_scalar, S_NEW, cap, HAS_SEQLENS, HAS_LEFTPAD, APPEND)
+    offs_m, qi, g, row_ok = _tile_rows(mt, SQ, GROUPS, BLOCK_M)
+    limit = _key_limit(mt, total, SQ, GROUPS, CAUSAL, BLOCK_M)
+    n_lo, n_hi = _split_span(lo, limit, split_len)
+    m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, HEAD_DIM, num_splits)
+    _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
+            STORE_LSE, HEAD_DIM)

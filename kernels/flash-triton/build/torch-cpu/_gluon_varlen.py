@@ -1,0 +1,168 @@
+"""The warp-specialized sm_90 Gluon program (`_gluon.py::attention_fwd_sm90_ws`) over packed sequences (varlen).
+
+Why: `flash_attn_varlen_func` on the Triton program runs at the Triton program's speed, ~0.8x the Gluon program
+at head dim 128 (TUNING.md step 6), so a packed prefill would lose to the same sequences run one by one through
+`flash_attn_func`. Same schedule, same producer warp (`_ws_producer`), with what packed sequences need:
+  - the tile's rows and keys start at `cu_seqlens_q[b]` / `cu_seqlens_k[b]` (read on the device) in the 2-D TMA
+    views `[total, H*D]`; a tile past its sequence's end returns before allocating anything;
+  - a tile may cross the end of its sequence (any lengths): its extra query rows are computed and never stored
+    (the output is stored through a row-masked pointer store, not TMA, which would write the next sequence's
+    rows); its extra keys are masked — by the causal diagonal (keys past Sk lie above it for every stored row)
+    or, non-causal, by an explicit bound on the block that crosses Sk;
+  - rows that see no key (Sq > Sk, or Sk = 0) keep m = -inf and l = 0: the softmax subtracts 0 instead of -inf
+    and the output divides by 1, so they come out as zeros, not NaN.
+Values of the next sequence's first keys enter the last block's P·V with probability exactly 0; they are finite
+in any real cache (an inf or NaN there would give 0·inf = NaN, which the Triton program guards against by
+zeroing those rows and this one does not).
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from ._gluon import _ws_producer
+
+
+@gluon.jit
+def _masked_scores(s, j, full, offs_m, offs_n, diag, sk, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Block j's scores: the causal diagonal on blocks past `full`; without it, the bound Sk on the block crossing it."""
+    cols = j * BLOCK_N + offs_n
+    if CAUSAL:
+        if j * BLOCK_N >= full:
+            s = gl.where(cols[None, :] <= offs_m[:, None] + diag, s, float("-inf"))
+    else:
+        if j * BLOCK_N + BLOCK_N > sk:
+            s = gl.where(cols[None, :] < sk, s, float("-inf"))
+    return s
+
+
+@gluon.jit
+def _safe_softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr):
+    m_i = gl.max(s, axis=1) * qk_scale
+    m_use = gl.where(m_i == float("-inf"), 0.0, m_i)  # a row that sees no key yet: p = 0, not NaN
+    p = gl.exp2(s * qk_scale - m_use[:, None])
+    return gl.convert_layout(p.to(dtype), p_layout), m_i, gl.sum(p, axis=1)
+
+
+@gluon.jit
+def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr):
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    p = gl.exp2(s * qk_scale - m_use[:, None])
+    alpha = gl.exp2(m_i - m_use)
+    return gl.convert_layout(p.to(dtype), p_layout), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
+
+
+@gluon.jit
+def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, qk_scale,
+                     q_start, col, m0, sq, sk, n_blocks,
+                     HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                     CAUSAL: gl.constexpr):
+    """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores."""
+    dtype: gl.constexpr = q_tile.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    diag = sk - sq
+    if CAUSAL:
+        full = gl.maximum(gl.minimum(m0 + diag + 1, sk), 0) // BLOCK_N * BLOCK_N
+    else:
+        full = sk // BLOCK_N * BLOCK_N
+    offs_m = m0 + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    zero_s = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
+
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(k_bar.index(0), 0)
+    s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s])
+    s = _masked_scores(s, 0, full, offs_m, offs_n, diag, sk, CAUSAL, BLOCK_N)
+    p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout)
+    acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
+
+    for j in range(1, n_blocks):
+        slot = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(k_bar.index(slot), (j // STAGES) & 1)
+        s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        s = warpgroup_mma_wait(1, deps=[s])
+        s = _masked_scores(s, j, full, offs_m, offs_n, diag, sk, CAUSAL, BLOCK_N)
+        p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(kv_empty.index(prev), count=1)
+        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+
+    last = (n_blocks - 1) % STAGES
+    mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    l_o = gl.convert_layout(l_i, rows_o)
+    out = (acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]).to(dtype)
+    rows = m0 + gl.arange(0, HALF_M, layout=rows_o)  # within the sequence
+    cols = col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    ptrs = O + (q_start + rows).to(gl.int64)[:, None] * stride_os + cols[None, :]
+    gl.store(ptrs, out, mask=(rows < sq)[:, None])
+
+
+@gluon.jit
+def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, CuSeqQ, CuSeqK,
+                                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+    """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
+    desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous."""
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    dtype: gl.constexpr = desc_q.dtype
+    if CAUSAL:
+        start_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        start_m = gl.program_id(0)
+    off_bh = gl.program_id(1)
+    b = off_bh // H
+    h = off_bh % H
+    q_start = gl.load(CuSeqQ + b)
+    sq = gl.load(CuSeqQ + b + 1) - q_start
+    k_start = gl.load(CuSeqK + b)
+    sk = gl.load(CuSeqK + b + 1) - k_start
+    m0 = start_m * BLOCK_M
+    if m0 < sq:
+        if CAUSAL:
+            end = gl.minimum(m0 + BLOCK_M + sk - sq, sk)
+        else:
+            end = sk
+        n_blocks = gl.maximum(gl.cdiv(end, BLOCK_N), 1)  # >= 1: a tile whose rows see no key still runs (zeros)
+        CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 else 168
+        q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_DIM], desc_q.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_bar.index(i), count=1)
+            mbarrier.init(v_bar.index(i), count=1)
+            mbarrier.init(kv_empty.index(i), count=2)
+        q_col = h * HEAD_DIM
+        kv_col = (h // GROUPS) * HEAD_DIM
+        gl.warp_specialize([
+            (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
+                                qk_scale, q_start, q_col, m0, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
+                                CAUSAL)),
+            (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
+                                qk_scale, q_start, q_col, m0 + HALF_M, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N,
+                                STAGES, CAUSAL)),
+            (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
+                            q_start + m0, k_start, q_col, kv_col, n_blocks, HALF_M, BLOCK_N, STAGES)),
+        ], [4, 1], [CONSUMER_REGS, 24])

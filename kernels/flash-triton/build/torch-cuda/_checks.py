@@ -1,0 +1,99 @@
+"""Argument checks shared by the three entry points: what flash-attn's signatures accept and we do not run.
+
+The entry points keep flash-attn's full signatures so that code written for kernels-community/flash-attn (and
+transformers, which passes every argument the signature names) calls them unchanged. An argument that would change
+the result and that this kernel does not implement is refused with a ValueError naming it, never ignored:
+transformers only forwards `softcap`, `s_aux` (attention sinks) or a sliding `window_size` when the model uses them,
+so a model that needs one fails loudly instead of running without it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._config import INTERPRETED, SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
+
+
+def refuse_unsupported(entry: str, *, dropout_p: float = 0.0, window_size=(-1, -1), softcap: float | None = 0.0,
+                       alibi_slopes=None, s_aux=None, return_attn_probs: bool = False, block_table=None,
+                       rotary_cos=None, rotary_sin=None) -> None:
+    """Raise ValueError naming the first argument that asks for something flash-triton does not compute."""
+    def no(arg: str, why: str) -> None:
+        raise ValueError(f"flash-triton {entry}: {arg} is not supported ({why})")
+
+    if dropout_p:
+        no(f"dropout_p={dropout_p}", "forward-only inference kernel; pass dropout_p=0.0")
+    if window_size is not None and tuple(window_size) != (-1, -1):
+        no(f"window_size={tuple(window_size)}", "no sliding-window (local) attention; (-1, -1) means none")
+    if softcap:
+        no(f"softcap={softcap}", "no logit soft-capping; 0.0 means none")
+    if alibi_slopes is not None:
+        no("alibi_slopes", "no ALiBi bias")
+    if s_aux is not None:
+        no("s_aux", "no attention sinks")
+    if return_attn_probs:
+        no("return_attn_probs=True", "the kernel never forms the attention probabilities")
+    if block_table is not None:
+        no("block_table", "a paged cache is read by flash_attn_with_kvcache, not by the varlen prefill")
+    if rotary_cos is not None or rotary_sin is not None:
+        no("rotary_cos/rotary_sin", "apply rotary embeddings before the call")
+
+
+def tensor_problem(name: str, t, dims: int, layout: str) -> str | None:
+    """None when `t` is a `dims`-D fp16/bf16 tensor whose last dim is contiguous, else why not."""
+    if not isinstance(t, torch.Tensor):
+        return f"{name} is a {type(t).__name__}, not a torch.Tensor"
+    if t.dim() != dims:
+        return f"{name} must be {dims}-D {layout}, got shape {tuple(t.shape)}"
+    if t.dtype not in SUPPORTED_DTYPES:
+        return f"{name} has dtype {t.dtype}; flash-triton supports float16 and bfloat16 only"
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        return f"{name} must have a contiguous last (head) dimension, got strides {t.stride()}"
+    return None
+
+
+def common_problem(q: torch.Tensor, k: torch.Tensor, tensors: dict[str, torch.Tensor]) -> str | None:
+    """Shared rules once the shapes are known: one dtype, one device, head dim, GQA."""
+    dtypes = {t.dtype for t in tensors.values()}
+    if len(dtypes) > 1:
+        return "q, k, v (and the caches) must share one dtype, got " + ", ".join(f"{n} {t.dtype}" for n, t in tensors.items())
+    devices = {t.device for t in tensors.values()}
+    if len(devices) > 1:
+        return "all tensors must be on one device, got " + ", ".join(f"{n} {t.device}" for n, t in tensors.items())
+    d = q.shape[-1]
+    if k.shape[-1] != d:
+        return f"head dim of q ({d}) and k/v ({k.shape[-1]}) differ"
+    if d not in SUPPORTED_HEAD_DIMS:
+        return (f"head dim {d} is not supported; flash-triton is built and tuned for head dims "
+                f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))} (tile shapes and shared memory are sized for them)")
+    hq, hkv = q.shape[-2], k.shape[-2]
+    if hkv == 0 or hq % hkv:
+        return f"query heads ({hq}) must be a multiple of kv heads ({hkv}) for GQA"
+    return None
+
+
+def device_problem(q: torch.Tensor) -> str | None:
+    """None when the kernels can run on q's device (checked last: every other problem is named first)."""
+    if q.device.type == "cpu" and not INTERPRETED:
+        return ("CPU tensors need Triton's interpreter, and it was off when this kernel was loaded: "
+                "set TRITON_INTERPRET=1 before loading the kernel")
+    if q.device.type not in ("cpu", "cuda"):
+        return f"device {q.device} is not supported (CUDA, or the CPU through Triton's interpreter)"
+    return None
+
+
+def index_problem(name: str, t, length: int | None, device: torch.device, dims: int = 1) -> str | None:
+    """None when `t` is an int32/int64 index tensor of `dims` dims (first dim `length`, when given) on `device`."""
+    if not isinstance(t, torch.Tensor):
+        return f"{name} is a {type(t).__name__}, not a torch.Tensor"
+    if t.dtype not in (torch.int32, torch.int64):
+        return f"{name} must be int32 (or int64), got {t.dtype}"
+    if t.dim() != dims:
+        return f"{name} must be {dims}-D, got shape {tuple(t.shape)}"
+    if length is not None and t.shape[0] != length:
+        return f"{name} must have {length} rows, got shape {tuple(t.shape)}"
+    if t.device != device:
+        return f"{name} is on {t.device}, the other tensors on {device}"
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        return f"{name} must be contiguous along its last dimension, got strides {t.stride()}"
+    return None

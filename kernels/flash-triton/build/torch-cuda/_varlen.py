@@ -1,0 +1,158 @@
+"""`flash_attn_varlen_func`: the prefill program over packed sequences of any lengths, flash-attn's signature.
+
+Serving stacks do not pad a batch of prompts to one length: they pack the tokens of every sequence into one
+`[total, H, D]` tensor and say where each sequence starts (`cu_seqlens`, `[B + 1]` int32, cumulative). This is the
+same Triton program as `flash_attn_func` (`_kernel.py`, `VARLEN=True`): one CTA per (sequence, query head, query
+tile), reading its sequence's offsets and lengths on the device, so nothing is read back to the host and the
+call can be captured in a CUDA graph as long as `max_seqlen_q` (the grid) stays the same. Query and key lengths
+may differ per sequence (the causal diagonal is bottom-right in each), and may be 0 or 1.
+
+`config=Config(128, 128, 4, 3, gluon=True, warp_specialize=True)` runs the warp-specialized Gluon program over the
+packed sequences instead (`_gluon_varlen.py`, sm_90, contiguous tensors); not the default until it has run on a
+GPU (TUNING.md step 8).
+
+Strided inputs are taken as they are (transformers passes `[total, H, D]` views of `[1, H, S, D]` tensors): the
+program reads through the token and head strides; only the head dim must be contiguous. TMA loads are used when
+the tensors are plain contiguous `[total, H, D]` on Hopper, pointer loads otherwise. Output rows of tokens past
+`cu_seqlens_q[-1]` are left unwritten, as in flash-attn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
+from ._config import INTERPRETED, Config, default_config
+from ._kernel import attention_fwd
+from ._splits import cdiv
+
+
+def varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k) -> str | None:
+    """None when the packed tensors and offsets are consistent, else why not (shapes only: no host sync)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if problem := tensor_problem(name, t, 3, "[total_tokens, H, D]"):
+            return problem
+    if k.shape != v.shape:
+        return f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}"
+    if problem := common_problem(q, k, {"q": q, "k": k, "v": v}):
+        return problem
+    if problem := index_problem("cu_seqlens_q", cu_seqlens_q, None, q.device):
+        return problem
+    if problem := index_problem("cu_seqlens_k", cu_seqlens_k, cu_seqlens_q.shape[0], q.device):
+        return problem.replace("rows", "entries (as many as cu_seqlens_q)")
+    if cu_seqlens_q.shape[0] < 1:
+        return "cu_seqlens_q must have B + 1 >= 1 entries"
+    return device_problem(q)
+
+
+def _tma_ok(cfg: Config, *ts: torch.Tensor) -> bool:
+    """TMA over the 2-D view `[total, H*D]` needs plain contiguous rows and 16-byte aligned bases."""
+    return cfg.use_tma and all(t.is_contiguous() and t.shape[0] > 0 and t.data_ptr() % 16 == 0 for t in ts)
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, softmax_scale: float | None = None,
+                     causal: bool = False, *, config: Config | None = None) -> torch.Tensor:
+    """The launch behind `flash_attn_varlen_func`, with an optional explicit `config` (Triton program only).
+    q `[total_q, Hq, D]`, k/v `[total_k, Hkv, D]` -> out `[total_q, Hq, D]`."""
+    if problem := varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k):
+        raise ValueError(f"flash-triton flash_attn_varlen_func: {problem}")
+    if config is not None and config.gluon and (why := gluon_varlen_unsupported(q, k, v, config)):
+        raise ValueError(f"flash-triton flash_attn_varlen_func: {config.label()}: {why}")
+    max_seqlen_q = int(max_seqlen_q)
+    if max_seqlen_q < 0:
+        raise ValueError(f"flash-triton flash_attn_varlen_func: max_seqlen_q must be >= 0, got {max_seqlen_q}")
+    total_q, hq, d = q.shape
+    hkv = k.shape[1]
+    batch = cu_seqlens_q.shape[0] - 1
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if out.numel() == 0 or batch == 0 or max_seqlen_q == 0:
+        return out
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    cfg = config or default_config(d, q.device)
+    if cfg.gluon:
+        _launch_gluon_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, scale, bool(causal), cfg)
+        return out
+    use_tma = _tma_ok(cfg, q, k, v)
+    if cfg.use_tma != use_tma:
+        cfg = dataclasses.replace(cfg, use_tma=use_tma)
+    if use_tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        # 2-D views [total, H*D]: a tile is BLOCK rows of one head's D columns (rows past the last sequence read 0)
+        desc_q = TensorDescriptor(q, [total_q, hq * d], [hq * d, 1], [cfg.block_m, d])
+        desc_k = TensorDescriptor(k, [k.shape[0], hkv * d], [hkv * d, 1], [cfg.block_n, d])
+        desc_v = TensorDescriptor(v, [v.shape[0], hkv * d], [hkv * d, 1], [cfg.block_n, d])
+    else:
+        desc_q = desc_k = desc_v = None
+    grid = (cdiv(max_seqlen_q, cfg.block_m), batch * hq)
+    attention_fwd[grid](
+        q, k, v, out, desc_q, desc_k, desc_v, scale * math.log2(math.e),
+        0, q.stride(0), q.stride(1),
+        0, k.stride(0), k.stride(1),
+        0, v.stride(0), v.stride(1),
+        0, out.stride(0), out.stride(1),
+        hq, hq // hkv, max_seqlen_q, 0, cu_seqlens_q, cu_seqlens_k,
+        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=use_tma,
+        WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
+        LAZY_RESCALE=cfg.lazy_rescale, VARLEN=True,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return out
+
+
+def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
+    """None when the warp-specialized Gluon program over packed sequences (`_gluon_varlen.py`) can run these
+    (already checked) tensors with `cfg`, else why not. Not chosen by default: opt in with `config=`."""
+    if q.device.type != "cuda" or INTERPRETED:
+        return "the Gluon program needs a CUDA GPU (Gluon has no interpreter)"
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return "the Gluon program uses wgmma, which only sm_90 has"
+    if not (cfg.warp_specialize and not cfg.persistent and (cfg.block_m, cfg.num_warps) == (128, 4)):
+        return "the varlen Gluon program is the warp-specialized one: block_m 128, num_warps 4, not persistent"
+    if not all(t.is_contiguous() and t.shape[0] > 0 and t.data_ptr() % 16 == 0 for t in (q, k, v)):
+        return "the Gluon program reads contiguous, 16-byte aligned [total, H, D] tensors through TMA"
+    return None
+
+
+def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, causal: bool, cfg: Config) -> None:
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from ._gluon_varlen import attention_fwd_sm90_ws_varlen
+
+    d = q.shape[-1]
+    element = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+
+    def desc(t: torch.Tensor, block: int) -> TensorDescriptor:  # the 2-D view [total, H*D], tiles [block, D]
+        layout = gl.NVMMASharedLayout.get_default_for([block, d], element)
+        return TensorDescriptor(t, [t.shape[0], t.shape[1] * d], [t.shape[1] * d, 1], [block, d], layout)
+
+    hq, hkv = q.shape[1], k.shape[1]
+    grid = (cdiv(max_seqlen_q, cfg.block_m), (cu_q.shape[0] - 1) * hq)
+    attention_fwd_sm90_ws_varlen[grid](
+        desc(q, cfg.block_m // 2), desc(k, cfg.block_n), desc(v, cfg.block_n), out, out.stride(0),
+        scale * math.log2(math.e), hq, hq // hkv, cu_q, cu_k,
+        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
+        num_warps=cfg.num_warps,
+    )
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None, s_aux=None):
+    """Packed variable-length attention forward, as flash-attn's `flash_attn_varlen_func`.
+
+    q `[total_q, Hq, D]`, k/v `[total_k, Hkv, D]` (Hq a multiple of Hkv), `cu_seqlens_q`/`cu_seqlens_k` `[B + 1]`
+    int32 cumulative lengths, `max_seqlen_q` an int >= the longest query sequence (`max_seqlen_k` is accepted and
+    not needed). Returns out `[total_q, Hq, D]`. Causal is bottom-right aligned per sequence. `deterministic` is
+    accepted (the forward always is); dropout, windows, softcap, ALiBi, sinks, probabilities and a paged
+    `block_table` raise ValueError.
+    """
+    refuse_unsupported("flash_attn_varlen_func", dropout_p=dropout_p, window_size=window_size, softcap=softcap,
+                       alibi_slopes=alibi_slopes, s_aux=s_aux, return_attn_probs=return_attn_probs,
+                       block_table=block_table)
+    return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal)

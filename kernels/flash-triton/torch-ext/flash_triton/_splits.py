@@ -1,0 +1,135 @@
+"""How the decode program is launched: its config, the M tile, the number of key splits, the merge counters.
+
+Everything here is decided from shapes on the host (never from `cache_seqlens`, which lives on the device), so a
+decode step launches the same grid every time its shapes repeat and can be captured in a CUDA graph.
+
+Splits: FlashAttention-2's heuristic (`num_splits_heuristic` in flash_api.cpp). With fewer CTAs than ~0.8 × the
+slots of two CTAs per SM, split the keys so that the waves are nearly full: for each split count, the fraction
+of the last wave that is busy, and take the smallest count within 85 % of the best. Batch 1 with 8 KV heads on 132
+SMs gets ~30 splits; batch 64 gets none. The split length is a whole number of key blocks.
+
+Counters (the fused merge): one int32 per (b, kv head, M tile), 0 before a call and put back to 0 by the CTA that
+merges. They come from a ring of zeros per device, handed out in consecutive slices, so calls in flight on
+different streams use different counters. The first ring is made outside any CUDA-graph capture (zeros must be
+real before a graph reads them); a call whose first use is inside a capture gets its own zeroed counters (the
+memset is captured with it).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Launch shape of the decode program (`_decode.py`): key block, warps, pipelining depth, how partials merge."""
+
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+    fused_reduce: bool = True  # the last CTA of a tile merges the splits (one launch); else a second launch does
+    num_splits: int = 0  # 0: the heuristic below; n > 0: n splits (capped at the number of key blocks)
+    max_block_m: int = 64  # the GQA group's query rows per M tile (Sq x Hq/Hkv rows, padded to >= 16)
+    ctas_per_sm: int = 2  # CTA slots per SM the split heuristic fills (FlashAttention-2 counts 2)
+
+    def label(self) -> str:
+        return (f"decode {self.block_n} w{self.num_warps} s{self.num_stages} "
+                + ("fused" if self.fused_reduce else "2-launch")
+                + (f" splits={self.num_splits}" if self.num_splits else "")
+                + (f" {self.ctas_per_sm}/SM" if self.ctas_per_sm != 2 else ""))
+
+
+DEFAULT = DecodeConfig()
+MAX_SPLITS = 128
+_CPU_SMS = 4  # the interpreter has no SMs; a small number makes the heuristic split small test shapes too
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The grid of one decode call."""
+
+    block_m: int
+    m_tiles: int
+    num_splits: int
+    split_len: int  # keys per split, a multiple of block_n
+
+
+def cdiv(a: int, b: int) -> int:
+    """Plain integer ceil-division: `triton.cdiv` is a jit function, ~8 µs per call from the host."""
+    return -(-a // b)
+
+
+def block_m_for(rows: int, cfg: DecodeConfig) -> int:
+    """Rows of the M tile: the GQA group's Sq x G rows rounded up to a power of two, 16 <= BLOCK_M <= max_block_m."""
+    return max(16, min(cfg.max_block_m, 1 << (max(rows, 1) - 1).bit_length()))
+
+
+_SMS: dict[torch.device, int] = {}
+
+
+def sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _CPU_SMS
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device]
+
+
+def num_splits_heuristic(ctas: int, slots: int, n_blocks: int, max_splits: int) -> int:
+    """FlashAttention-2's choice: the smallest split count whose last wave is >= 85 % as full as the best one's."""
+    if ctas >= 0.8 * slots:
+        return 1
+    max_splits = min(max_splits, slots, n_blocks)
+    if max_splits <= 1:
+        return 1
+
+    def eligible(s: int) -> bool:  # a count that gives the same blocks per split as s - 1 adds only empty splits
+        return s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))
+
+    efficiency = {}
+    for s in range(1, max_splits + 1):
+        if eligible(s):
+            waves = ctas * s / slots
+            efficiency[s] = waves / -(-waves // 1)
+    best = max(efficiency.values())
+    return next(s for s, e in efficiency.items() if e >= 0.85 * best)
+
+
+@functools.lru_cache(maxsize=4096)
+def plan(batch: int, hkv: int, rows: int, capacity: int, device: torch.device, cfg: DecodeConfig,
+         num_splits: int = 0) -> Plan:
+    """Grid for `rows` = Sq x G query rows per kv head over a cache of `capacity` key positions (a function of
+    shapes only, cached: a decode loop asks for the same few grids every step)."""
+    block_m = block_m_for(rows, cfg)
+    m_tiles = cdiv(rows, block_m)
+    n_blocks = max(1, cdiv(capacity, cfg.block_n))
+    wanted = num_splits or cfg.num_splits
+    if wanted:
+        splits = max(1, min(wanted, n_blocks, MAX_SPLITS))
+    else:
+        splits = num_splits_heuristic(batch * hkv * m_tiles, cfg.ctas_per_sm * sm_count(device), n_blocks, MAX_SPLITS)
+    split_len = cdiv(n_blocks, splits) * cfg.block_n
+    return Plan(block_m, m_tiles, cdiv(n_blocks * cfg.block_n, split_len), split_len)
+
+
+_RING_SIZE = 1 << 20
+_rings: dict[torch.device, list] = {}  # device -> [zeros, next free index]
+_lock = threading.Lock()
+
+
+def counters(device: torch.device, n: int) -> torch.Tensor:
+    """`n` int32 counters that are 0 now and that the merging CTAs put back to 0 (see the module docstring)."""
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    with _lock:
+        ring = _rings.get(device)
+        if n > _RING_SIZE or (ring is None and capturing):
+            return torch.zeros(n, dtype=torch.int32, device=device)
+        if ring is None:
+            ring = _rings[device] = [torch.zeros(_RING_SIZE, dtype=torch.int32, device=device), 0]
+        start = ring[1] if ring[1] + n <= _RING_SIZE else 0
+        ring[1] = start + n
+        return ring[0][start:start + n]

@@ -1,0 +1,152 @@
+"""flash-triton's serving programs compiled ahead of time for sm_90 (the H200) on the CPU: they compile, and the
+machine code keeps what they are built for, before any GPU run.
+
+- The decode program streams K/V through Triton's software pipeliner (`cp.async` copies, `num_stages` deep) with
+  no register spills; a paged cache keeps the same depth as a dense one (a block-table load inside the loop used
+  to cut the K/V buffers to one stage: the page ids are now loaded a tile ahead); the fused merge has its atomics.
+- The prefill program with `VARLEN` compiles on both load paths (TMA descriptors and pointers), and the
+  warp-specialized Gluon program over packed sequences keeps the Gluon program's schedule (softmax under the second
+  matmul, register hand-off to the consumers, no spills, within shared memory).
+Triton specialises pointers and strides divisible by 16 at launch; the signatures here say so (without it nothing
+vectorises and nothing is pipelined, which would test a kernel no GPU runs). Numerics: test_kernel_serving_cuda.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+SOURCE = Path(__file__).resolve().parents[1] / "kernels" / "flash-triton" / "torch-ext" / "flash_triton"
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+SMEM_PER_SM = 232448
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"flash_triton_{name}", SOURCE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _compile(fn, pointers: dict[str, str], const: dict, divisible, warps=4, stages=3):
+    names = fn.arg_names
+    sig = {n: "i32" for n in names}
+    sig.update(pointers)
+    sig.update({k: "constexpr" for k in const})
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n not in const and divisible(n)}
+    src = ASTSource(fn, sig, {(names.index(k),): v for k, v in const.items()}, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
+
+
+def _usage(kernel, tmp: Path) -> tuple[int, int]:
+    cubin = tmp / "k.cubin"
+    cubin.write_bytes(kernel.asm["cubin"])
+    out = subprocess.run([str(BIN / "cuobjdump"), "--dump-resource-usage", str(cubin)], capture_output=True,
+                         text=True, check=True).stdout
+    return int(re.search(r"REG:(\d+)", out).group(1)), int(re.search(r"LOCAL:(\d+)", out).group(1))
+
+
+def compile_decode(page: int, append: bool, fused: bool):
+    fn = _load("_decode").kvcache_fwd
+    pointers = {n: "*bf16" for n in ("Q", "KCache", "VCache", "KNew", "VNew", "O")}
+    pointers.update(LSE="*fp32", Seqlens="*i32", BatchIdx="*i32", LeftPad="*i32", Table="*i32", PartAcc="*fp32",
+                    PartML="*fp32", Counters="*i32", qk_scale="fp32")
+    const = dict(HEAD_DIM=128, BLOCK_M=16, BLOCK_N=64, PAGE_SIZE=page, CAUSAL=append, APPEND=append, HAS_SEQLENS=True,
+                 HAS_BATCH_IDX=False, HAS_LEFTPAD=False, SPLIT=True, FUSED_REDUCE=fused, STORE_LSE=False,
+                 LSE=None, BatchIdx=None, LeftPad=None)
+    if not append:
+        const.update(KNew=None, VNew=None)
+    if not page:
+        const["Table"] = None
+    if not fused:
+        const["Counters"] = None
+    return _compile(fn, pointers, const, lambda n: n in pointers and n != "qk_scale" or n.startswith("stride")
+                    or n in ("cap", "split_len"))
+
+
+pytestmark = pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason="this Triton wheel ships no cuobjdump")
+
+
+@pytest.fixture(scope="module")
+def decode():
+    return {"dense": compile_decode(0, False, True), "paged64-append": compile_decode(64, True, True),
+            "paged16-2launch": compile_decode(16, False, False)}
+
+
+@pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch"])
+def test_decode_program_is_pipelined_without_spills(decode, variant, tmp_path):
+    kernel = decode[variant]
+    regs, local = _usage(kernel, tmp_path)
+    assert local == 0, f"register spills ({regs} registers, {local} bytes of local memory)"
+    copies = kernel.asm["ttgir"].count("async_copy_global_to_local")
+    assert copies >= 4, f"K/V loads not software-pipelined ({copies} async copies)"
+    assert kernel.metadata.shared <= SMEM_PER_SM
+
+
+def test_paged_cache_keeps_the_dense_pipeline_depth(decode):
+    dense, paged = decode["dense"].metadata.shared, decode["paged64-append"].metadata.shared
+    assert paged >= dense, f"paged decode buffers {paged} B of K/V, dense {dense} B: fewer stages in flight"
+
+
+def test_fused_merge_counts_with_atomics(decode):
+    assert "atomic_rmw" in decode["dense"].asm["ttgir"]
+    assert "atomic_rmw" not in decode["paged16-2launch"].asm["ttgir"]  # the second launch merges instead
+
+
+@pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
+def test_varlen_prefill_compiles_on_both_load_paths(tma):
+    fn = _load("_kernel").attention_fwd
+    pointers = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", qk_scale="fp32", CuSeqQ="*i32", CuSeqK="*i32")
+    const = dict(HEAD_DIM=128, BLOCK_M=64, BLOCK_N=64, CAUSAL=True, USE_TMA=tma, WARP_SPECIALIZE=False,
+                 OVERLAP=False, POLY_EXP=False, LAZY_RESCALE=False, VARLEN=True)
+    if tma:
+        pointers.update({n: "tensordesc<bf16[64, 128]>" for n in ("desc_q", "desc_k", "desc_v")})
+    else:
+        const.update(desc_q=None, desc_k=None, desc_v=None)
+    kernel = _compile(fn, pointers, const, lambda n: n in ("Q", "K", "V", "O", "CuSeqQ", "CuSeqK")
+                      or n.startswith("stride"))
+    ttgir = kernel.asm["ttgir"]
+    assert ttgir.count("async_tma_copy" if tma else "async_copy_global_to_local") >= 4
+    assert kernel.metadata.shared <= SMEM_PER_SM
+
+
+def test_varlen_gluon_program_keeps_the_schedule(tmp_path):
+    gluon = pytest.importorskip("triton.experimental.gluon")  # noqa: F841
+    import sys
+    import types
+
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    pkg = types.ModuleType("flash_triton_src")  # the source as a package: _gluon_varlen imports ._gluon
+    pkg.__path__ = [str(SOURCE)]
+    sys.modules.setdefault("flash_triton_src", pkg)
+    fn = importlib.import_module("flash_triton_src._gluon_varlen").attention_fwd_sm90_ws_varlen
+
+    def desc(rows: int) -> str:
+        return f"tensordesc<bf16[{rows}, 128],{gl.NVMMASharedLayout.get_default_for([rows, 128], gl.bfloat16)!r}>"
+
+    names = fn.arg_names
+    sig = {n: "i32" for n in names}
+    sig.update(desc_q=desc(64), desc_k=desc(128), desc_v=desc(128), O="*bf16", qk_scale="fp32", CuSeqQ="*i32",
+               CuSeqK="*i32")
+    const = dict(HEAD_DIM=128, BLOCK_M=128, BLOCK_N=128, STAGES=3, CAUSAL=True, num_warps=4)
+    sig.update({k: "constexpr" for k in const})
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "stride_os", "CuSeqQ", "CuSeqK")}
+    kernel = triton.compile(GluonASTSource(fn, sig, {(names.index(k),): v for k, v in const.items()}, attrs),
+                            target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(kernel.asm["cubin"])
+    sass = subprocess.run([str(BIN / "nvdisasm"), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    regs, local = _usage(kernel, tmp_path)
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
+    assert local == 0 and kernel.metadata.shared <= SMEM_PER_SM
+

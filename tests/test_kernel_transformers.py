@@ -1,0 +1,128 @@
+"""Our kernel inside a real transformers model (tiny Llama from a config, fp16, CPU through Triton's interpreter).
+
+`attnprof.serving.hub_kernel.hub_attention()` registers the kernel repo (loaded with `kernels`) under transformers'
+own flash wrappers. The child (this file run with TRITON_INTERPRET=1) checks, against the same model in fp64 eager:
+  - a dense forward and a left-padded one (padding goes through `flash_attn_varlen_func`): logits within twice
+    the error of eager fp16;
+  - continuous batching (`generate_batch`): every request completes with the tokens the fp64 model picks
+    greedily (a different token only where fp64's top two logits are closer than fp16 can tell apart), and our
+    `flash_attn_varlen_func` did the attention. The decode fast path (`flash_attn_with_kvcache` over the paged
+    cache) is CUDA-only in transformers, so on the CPU it stays off; test_kernel_serving_cuda.py runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _child() -> dict:
+    import torch
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    from attnprof.serving import hub_kernel
+    from attnprof.variants import kernel_hub
+    from tiny_models import counting, greedy_mismatches, tiny_llama
+
+    module = kernel_hub.load()
+    calls: dict = {}
+    for name in hub_kernel.ENTRY_POINTS:  # before registration: transformers keeps these function objects
+        setattr(module, name, counting(getattr(module, name), calls, name))
+    ha = hub_kernel.hub_attention()
+    out: dict = {"interpreted": bool(module.INTERPRETED), "hub": {"dense": ha.dense, "paged": ha.paged,
+                 "rejected": ha.rejected, "fast": ha.decode_fast_path}, "route": hub_kernel.kernels_route_problem()}
+    ours = tiny_llama(torch.float16, ha.dense)
+    eager = tiny_llama(torch.float16, "eager", ours)
+    ref = tiny_llama(torch.float64, "eager", ours)
+
+    def rel(a, b):
+        return ((a.double() - b).norm() / b.norm()).item()
+
+    ids = torch.randint(0, 97, (2, 37), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = ref(ids).logits
+        out["dense"] = {"err": rel(ours(ids).logits, want), "eager": rel(eager(ids).logits, want),
+                        "used": ours.config._attn_implementation, "calls": dict(calls)}
+        mask = torch.ones_like(ids)
+        mask[0, :9] = 0  # left padding: the real tokens of row 0 sit at positions 9..36
+        got = ours(ids, attention_mask=mask).logits
+        pos = torch.arange(9, 37)[None]
+        want0, base0 = ref(ids[:1, 9:], position_ids=pos).logits[0], eager(ids[:1, 9:], position_ids=pos).logits[0]
+        out["padded"] = {"err": rel(got[0, 9:], want0), "eager": rel(base0, want0),
+                         "err_unpadded_row": rel(got[1], want[1]), "eager_unpadded_row": rel(eager(ids[1:]).logits[0],
+                                                                                             want[1]),
+                         "varlen_calls": calls.get("flash_attn_varlen_func", 0)}
+
+    calls.clear()
+    prompts = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(20, 60))]
+    gen = GenerationConfig(do_sample=False, max_new_tokens=5, eos_token_id=-1, pad_token_id=0)
+    used = ha.apply(ours, paged=True)
+    results = ours.generate_batch(prompts, generation_config=gen,
+                                  continuous_batching_config=ContinuousBatchingConfig(num_blocks=16, max_batch_tokens=64))
+    ha.apply(ours)
+    requests = []
+    for i, prompt in enumerate(prompts):
+        r = results.get(f"req_{i}")
+        tokens = list(r.generated_tokens) if r is not None else []
+        requests.append({"error": None if r is None else r.error, "tokens": tokens,
+                         "mismatches": greedy_mismatches(ref, prompt, tokens) if tokens else []})
+    out["continuous"] = {"used": used, "after": ours.config._attn_implementation, "requests": requests,
+                         "calls": dict(calls)}
+    return out
+
+
+@pytest.fixture(scope="module")
+def child() -> dict:
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_registered_under_a_flash_name_transformers_accepts(child):
+    assert child["interpreted"]
+    hub = child["hub"]
+    assert hub["rejected"] is None and "flash" in hub["dense"] and "/" not in hub["dense"]
+    assert not hub["fast"], "transformers' decode fast path needs CUDA"
+
+
+def test_the_kernels_route_is_explained_when_transformers_refuses_this_kernels(child):
+    route = child["route"]
+    if route is None:
+        pytest.skip("this transformers accepts the installed kernels: the attn_implementation='org/repo' route is open")
+    assert "kernels" in route and "transformers" in route
+
+
+def test_dense_logits_match_fp64_within_twice_eager(child):
+    r = child["dense"]
+    assert r["used"] == child["hub"]["dense"]
+    assert r["calls"].get("flash_attn_func", 0) == 2, r  # one per layer: our kernel ran, not a fallback
+    assert r["err"] <= 2 * r["eager"], r
+
+
+def test_padded_batch_runs_through_varlen(child):
+    r = child["padded"]
+    assert r["varlen_calls"] == 2, r
+    assert r["err"] <= 2 * r["eager"] and r["err_unpadded_row"] <= 2 * r["eager_unpadded_row"], r
+
+
+def test_continuous_batching_runs_on_our_varlen_kernel(child):
+    r = child["continuous"]
+    assert r["used"] == child["hub"]["paged"] and r["after"] == child["hub"]["dense"]
+    assert r["calls"].get("flash_attn_varlen_func", 0) > 0, r
+    for i, req in enumerate(r["requests"]):
+        assert req["error"] is None and len(req["tokens"]) == 5, (i, req)
+        assert not req["mismatches"], (i, req["mismatches"])
+
+
+if __name__ == "__main__":
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run the child with TRITON_INTERPRET=1"
+    print(json.dumps(_child()))
