@@ -12,8 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from attnprof.serving.requests import Lengths, poisson_stream
 
 PROBE = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "serve_probe.py"

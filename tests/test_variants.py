@@ -74,3 +74,19 @@ def test_pinned_backends_without_a_cpu_kernel_are_rejected_with_reason():
     for name in ("sdpa-efficient", "sdpa-cudnn"):
         support = VARIANTS[name].supports(w)
         assert not support.ok and "CPU" in support.reason
+
+
+def test_a_kernel_variant_travels_with_its_repo(tmp_path):
+    """A `--kernel` variant pickles by its KernelSpec (a Ray worker rebuilds it for the same repo), not by its
+    closure, which does not pickle, nor by name, which would load the default repo there."""
+    import pickle
+    import shutil
+
+    from attnprof.variants import kernel_hub
+
+    other = tmp_path / "my-kernel"
+    shutil.copytree(kernel_hub.DEFAULT_REPO, other)
+    spec = kernel_hub.parse_spec(str(other))
+    back = pickle.loads(pickle.dumps(kernel_hub.kernel_variant(spec)))
+    assert back.name == "kernel" and back.fn.kernel_spec == spec != kernel_hub.DEFAULT
+    assert pickle.loads(pickle.dumps(kernel_hub.KERNEL)).fn.kernel_spec == kernel_hub.DEFAULT
