@@ -44,7 +44,7 @@ EOF
 
 timeout 150 python3 -m attnprof verify --device cuda --dtype bf16,fp16 --seed 14 --out "$dest/vh" --json \
   > "$dest/verify-half.log" 2>&1
-echo "verify bf16,fp16 exit=$? (0 expected) at $(( $(date +%s) - t0 ))s"; tail -1 "$dest/verify-half.log" | cut -c1-600
+echo "verify bf16,fp16 exit=$? (1 expected: the known cuDNN pad-left and mem-efficient fully-masked bugs) at $(( $(date +%s) - t0 ))s"; tail -1 "$dest/verify-half.log" | cut -c1-600
 cp "$dest/vh/verify.json" "$dest/verify-half.json" 2>/dev/null; cp "$dest/vh/verify.md" "$dest/verify-half.md" 2>/dev/null
 rm -rf "$dest/vh"
 
