@@ -24,6 +24,11 @@ def register(sub) -> None:
                    help="attention implementations, comma-separated: eager, sdpa, sdpa-flash|efficient|cudnn|math, "
                         "flex_attention, kernel, or package.module:function (default: eager,sdpa and the stage-four "
                         "kernel when it can run here; keep eager in: it is the baseline)")
+    p.add_argument("--loop", default="as-shipped,production",
+                   help="serving loops, comma-separated: as-shipped (transformers' defaults: dynamic cache, continuous "
+                        "batching without CUDA graphs) and production (static cache + torch.compile reduce-overhead "
+                        "for decode, continuous batching with use_cuda_graph); a loop that cannot run here is a row "
+                        "with the reason (default: both)")
     p.add_argument("--dtype", default=None, help="bf16, fp16, fp32 (default: bf16 on CUDA, fp32 on CPU)")
     g = p.add_argument_group("prefill and decode")
     g.add_argument("--batch", default=None, help="prefill batch sizes, comma-separated")

@@ -115,7 +115,9 @@ STREAM_HEAD = ["impl", "ran as", "completed", "failed", "output tok/s", "all tok
 def markdown(data: dict) -> str:
     m, prov = data["model"], data["provenance"]
     lines = [f"# Serving {m['name']} on {prov['device']}: attention implementations end to end", "",
-             "**Does the attention gain survive a real serving loop, and what does a token cost?** " + data["answer"],
+             "**Does the attention gain survive a real serving loop, and what does a token cost?** "
+             + ("As-shipped loop: " if data.get("production") else "") + data["answer"]
+             + (f" Production loop: {data['production']['answer']}" if data.get("production") else ""),
              "", f"Command: `{data['command']}`", "",
              f"Model: {m['name']}, {_count(m['params'])} parameters, {m['layers']} layers, {m['heads']} query / "
              f"{m['kv_heads']} KV heads of dim {m['head_dim']}, {m['dtype']}, {m['weights']}.  ",
@@ -125,30 +127,9 @@ def markdown(data: dict) -> str:
     rejected = [i for i in data["impls"] if i["reason"]]
     if rejected:
         lines += ["", "Not run: " + "; ".join(i["reason"] for i in rejected) + "."]
-    for mode, title in (("prefill", "Prefill: one forward over the prompt that fills the KV cache"),
-                        ("decode", "Decode: `generate` with the KV cache, timed from the first to the last new token")):
-        if data[mode]:
-            lines += ["", f"## {title}", "", md_table(static_head(mode), _static_rows(data[mode], mode))]
-    stream = data["continuous"]
-    if stream["stream"]:
-        s = stream["stream"]
-        src = (f"Poisson arrivals at {s['rate_per_s']:g}/s" if s["source"] == "poisson" else f"replayed from "
-               f"{s['source']}")
-        lines += ["", "## Continuous batching: transformers' `init_continuous_batching` (paged KV cache)", "",
-                  f"{s['requests']} requests, {src} over {s['span_s']:.1f} s; prompts p50 {s['prompt_tokens']['p50']}"
-                  f" (max {s['prompt_tokens']['max']}, {s['prompt_tokens']['total']} in all), outputs p50 "
-                  f"{s['output_tokens']['p50']} (max {s['output_tokens']['max']}, {s['output_tokens']['total']} "
-                  f"in all); unfinished after {s['timeout_s']:g} s counts as failed.", "",
-                  md_table(STREAM_HEAD, _stream_rows(stream["results"]))]
-        for r in stream["results"]:
-            if r.get("failures"):
-                first = r["failures"][0]
-                lines += ["", f"{r['impl']}: {r['failed']} of {r['requests']} requests failed; first: request "
-                              f"{first['request']}: {first['error']}"]
-            if r.get("log_errors"):
-                lines += [f"{r['impl']}: transformers logged: " + " / ".join(r["log_errors"][:3])]
-            if r.get("short"):
-                lines += [f"{r['impl']}: {r['short']} requests returned fewer tokens than asked."]
+    lines += _loop_sections(data, "as-shipped")
+    if data.get("production"):
+        lines += _loop_sections(data["production"], "production")
     lines += ["", "## How to read this", "",
               "- Tokens are counted from what the model returned (the KV cache length for prefill, the output ids "
               "for decode, each request's generated tokens in continuous batching), never from what was asked.",
@@ -172,6 +153,52 @@ def markdown(data: dict) -> str:
     if data.get("pictures"):
         lines[-1:-1] = [""] + [f"![{p}]({p})" for p in data["pictures"]]
     return "\n".join(lines)
+
+
+LOOP_TITLES = {
+    "as-shipped": "as-shipped loop (transformers' defaults: dynamic cache, continuous batching without CUDA graphs)",
+    "production": "production loop (decode in CUDA graphs: static cache + torch.compile reduce-overhead; continuous "
+                  "batching with use_cuda_graph and its paged cache)",
+}
+
+
+def _loop_sections(data: dict, loop: str) -> list[str]:
+    """The decode/prefill tables and the stream of one loop (`data` is the report or its `production` part)."""
+    lines = ["", f"# The {LOOP_TITLES[loop]}"]
+    if loop == "production" and data.get("answer"):
+        lines += ["", "**Production loop:** " + data["answer"]]
+    for mode, title in (("prefill", "Prefill: one forward over the prompt that fills the KV cache"),
+                        ("decode", "Decode: `generate` with the KV cache, timed from the first to the last new token")):
+        if data.get(mode):
+            if loop == "production":
+                title = ("Decode: `generate` with a static cache + torch.compile(mode=\"reduce-overhead\"), ms/token = "
+                         "(t(N2) − t(N1)) / (N2 − N1) over whole calls, median of 3 pairs")
+            lines += ["", f"## {title} [{loop}]", "", md_table(static_head(mode), _static_rows(data[mode], mode))]
+            colds = [f"{r['impl']} {r['cold_s']:.2f} s" for r in data[mode] if r.get("cold_s") is not None]
+            if colds:
+                lines += ["", "Cold part, reported apart (the first call: compile, CUDA-graph capture, cuDNN plans "
+                              "for the lengths met): " + ", ".join(colds) + "."]
+    stream = data["continuous"]
+    if stream["stream"]:
+        s = stream["stream"]
+        src = (f"Poisson arrivals at {s['rate_per_s']:g}/s" if s["source"] == "poisson" else f"replayed from "
+               f"{s['source']}")
+        lines += ["", f"## Continuous batching: transformers' `init_continuous_batching` (paged KV cache) [{loop}]", "",
+                  f"{s['requests']} requests, {src} over {s['span_s']:.1f} s; prompts p50 {s['prompt_tokens']['p50']}"
+                  f" (max {s['prompt_tokens']['max']}, {s['prompt_tokens']['total']} in all), outputs p50 "
+                  f"{s['output_tokens']['p50']} (max {s['output_tokens']['max']}, {s['output_tokens']['total']} "
+                  f"in all); unfinished after {s['timeout_s']:g} s counts as failed.", "",
+                  md_table(STREAM_HEAD, _stream_rows(stream["results"]))]
+        for r in stream["results"]:
+            if r.get("failures"):
+                first = r["failures"][0]
+                lines += ["", f"{r['impl']}: {r['failed']} of {r['requests']} requests failed; first: request "
+                              f"{first['request']}: {first['error']}"]
+            if r.get("log_errors"):
+                lines += [f"{r['impl']}: transformers logged: " + " / ".join(r["log_errors"][:3])]
+            if r.get("short"):
+                lines += [f"{r['impl']}: {r['short']} requests returned fewer tokens than asked."]
+    return lines
 
 
 def _plt():
@@ -253,13 +280,32 @@ def print_terminal(data: dict) -> None:
             table.add_row(*[str(c) for c in row])
         out.print(table)
     out.print(data["answer"])
+    prod = data.get("production")
+    if prod:
+        for title, rows, head, make in (("decode [production]", prod["decode"], static_head("decode"),
+                                         lambda rows: _static_rows(rows, "decode")),
+                                        ("continuous batching [production]", prod["continuous"]["results"],
+                                         STREAM_HEAD, _stream_rows)):
+            if rows:
+                table = Table(title=title)
+                for h in head:
+                    table.add_column(h)
+                for row in make(rows):
+                    table.add_row(*[str(c) for c in row])
+                out.print(table)
+        out.print("production loop: " + prod["answer"])
 
 
 def json_line(data: dict, folder) -> dict:
     """The `--json` line: the answer and the headline numbers of every row."""
     static = ("impl", "batch", "context", "status", "tokens_per_s", "attention_share", "gain_over_eager")
     stream = ("impl", "status", "completed", "failed", "output_tokens_per_s", "ttft_ms", "itl_ms", "gain_over_eager")
-    return {"schema": data["schema"], "out": str(folder), "answer": data["answer"],
+    line = {"schema": data["schema"], "out": str(folder), "answer": data["answer"], "loops": data.get("loops"),
             "prefill": [{k: r[k] for k in static} for r in data["prefill"]],
             "decode": [{k: r[k] for k in static} for r in data["decode"]],
             "continuous": [{k: r[k] for k in stream} for r in data["continuous"]["results"]]}
+    prod = data.get("production")
+    if prod:
+        line["production"] = {"answer": prod["answer"], "decode": [{k: r[k] for k in static} for r in prod["decode"]],
+                              "continuous": [{k: r[k] for k in stream} for r in prod["continuous"]["results"]]}
+    return line

@@ -44,6 +44,7 @@ class StreamResult:
 
     impl: str
     status: str = "ok"  # "ok" | "rejected"
+    loop: str = "as-shipped"  # `serving.loops.LOOPS`; production = use_cuda_graph on
     reason: str | None = None
     ran_as: str | None = None  # the attention implementation transformers actually used
     requests: int = 0
@@ -185,11 +186,14 @@ class _ErrorLog(logging.Handler):
             self.lines.append(msg[0][:300])
 
 
-def _cb_config(device: str, requests: list[Request], num_blocks: int | None, max_batch_tokens: int | None):
+def _cb_config(device: str, requests: list[Request], num_blocks: int | None, max_batch_tokens: int | None,
+               graphs: bool = False):
     from transformers import ContinuousBatchingConfig
 
     kw: dict = {}
     names = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+    if graphs:  # the production loop; `serving.loops.unavailable` refused it where the option is missing
+        kw["use_cuda_graph"] = True
     if "auto_switch_to_flash" in names:
         kw["auto_switch_to_flash"] = False  # measure the implementation asked for, not a swap
     if device == "cpu":  # size the cache to the stream instead of to the machine's RAM
@@ -205,13 +209,19 @@ def _cb_config(device: str, requests: list[Request], num_blocks: int | None, max
 
 
 def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed: int = 0, timeout_s: float = 120.0,
-                 num_blocks: int | None = None, max_batch_tokens: int | None = None, on_done=None) -> StreamResult:
-    """Feed `requests` at their arrival times to the model's continuous-batching manager and time every token."""
+                 num_blocks: int | None = None, max_batch_tokens: int | None = None, on_done=None,
+                 loop: str = "as-shipped", attach=None) -> StreamResult:
+    """Feed `requests` at their arrival times to the model's continuous-batching manager and time every token.
+
+    `loop="production"` turns transformers' CUDA graphs on (`use_cuda_graph=True`). `sdpa-<backend>` runs paged sdpa
+    (the caller pins the backend: SDPA's flags are process-wide, the generation thread sees them). `attach(model)`
+    puts the model on an implementation registered elsewhere (our kernel, `serving.hub_kernel`) and returns its name.
+    """
     from transformers import GenerationConfig
 
-    name = paged_name(impl)
+    name = "attached" if attach is not None else paged_name("sdpa" if impl.startswith("sdpa-") else impl)
     if name is None:
-        return StreamResult(impl=impl, status="rejected", requests=len(requests),
+        return StreamResult(impl=impl, loop=loop, status="rejected", requests=len(requests),
                             reason=f"transformers' continuous batching has no paged form of {impl!r} (it runs "
                                    f"{', '.join(sorted(_PAGED_NAMES))} and flash attention)")
     original = model.config._attn_implementation
@@ -222,12 +232,14 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
     log = _ErrorLog()
     cb_logger = logging.getLogger("ContinuousBatchingLogger")
     cb_logger.addHandler(log)
-    model.set_attn_implementation(name)
     manager = None
     try:
-        manager = model.init_continuous_batching(generation_config=gen_config,
-                                                 continuous_batching_config=_cb_config(device, requests, num_blocks,
-                                                                                       max_batch_tokens))
+        if attach is not None:
+            attach(model)
+        else:
+            model.set_attn_implementation(name)
+        config = _cb_config(device, requests, num_blocks, max_batch_tokens, graphs=loop == "production")
+        manager = model.init_continuous_batching(generation_config=gen_config, continuous_batching_config=config)
         ran_as = model.config._attn_implementation
         t_warm = time.perf_counter()
         try:
@@ -237,7 +249,7 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
             _warm(manager, model.config.vocab_size, timeout_s)
         except torch.OutOfMemoryError as exc:
             why = f"warm-up ran out of memory: {first_line(exc, typed=False)[:200]}"
-            return StreamResult(impl=impl, ran_as=ran_as, requests=len(requests), log_errors=log.lines[:10],
+            return StreamResult(impl=impl, loop=loop, ran_as=ran_as, requests=len(requests), log_errors=log.lines[:10],
                                 failures=[{"request": i, "error": why} for i in range(len(requests))])
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)
@@ -251,7 +263,8 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
         model.set_attn_implementation(original)
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
-    return _summarise(impl, ran_as, requests, sent, results, failures, warmup_s, log.lines)
+    return dataclasses.replace(_summarise(impl, ran_as, requests, sent, results, failures, warmup_s, log.lines),
+                               loop=loop)
 
 
 def _warm(manager, vocab: int, timeout_s: float) -> None:

@@ -46,7 +46,10 @@ def make_plan(args, device: str) -> dict:
     model = pick("model")
     config = load_config(model)
     max_pos = int(getattr(config, "max_position_embeddings", 0) or 0)
-    plan = dict(modes=modes, model=model, config=config, dtype=dtype_name(pick("dtype")), price=price,
+    from attnprof.serving.loops import parse_loops
+
+    loops = parse_loops(getattr(args, "loop", None) or "as-shipped,production")
+    plan = dict(modes=modes, loops=loops, model=model, config=config, dtype=dtype_name(pick("dtype")), price=price,
                 price_is_default=args.gpu_hour_price is None, max_positions=max_pos)
     if args.reps < 1:
         raise UsageError(f"--reps must be >= 1, got {args.reps}")

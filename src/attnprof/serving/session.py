@@ -17,8 +17,9 @@ def steps(plan: dict, impls) -> int:
     """How many progress steps `serve` reports: one per point and per stream."""
     modes = plan["modes"]
     points = len(plan.get("context", [])) * len(plan.get("batch", [])) if "prefill" in modes else 0
-    points += len(plan.get("decode_batch", [])) if "decode" in modes else 0
-    return (points + (1 if "continuous" in modes else 0)) * len(impls)
+    loops = len(plan.get("loops", ["as-shipped"]))
+    points += loops * len(plan.get("decode_batch", [])) if "decode" in modes else 0
+    return (points + (loops if "continuous" in modes else 0)) * len(impls)
 
 
 def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, bool], None] | None = None,
@@ -26,8 +27,6 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
     """Measure every mode of `plan` for every implementation; price it. `on_progress(description, advance)` reports
     each step, `note(text)` says what is being built (see the module docstring)."""
     from attnprof.models import attention_workload, build_model
-    from attnprof.run import attempt
-    from attnprof.serving.continuous import StreamResult, serve_stream
 
     progress = on_progress or (lambda description, advance: None)
     modes = plan["modes"]
@@ -52,52 +51,90 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
             "impls": [{"name": i.name, "attn_implementation": i.attn_implementation, "reason": i.rejected}
                       for i in impls],
             "prefill": [], "decode": [], "continuous": {"stream": None, "results": []}}
+    loops = plan.get("loops", ["as-shipped"])
+    data["loops"] = loops
+    if "production" in loops:
+        data["production"] = {"decode": [], "continuous": {"stream": None, "results": []}}
+    where = {"as-shipped": data, "production": data.get("production")}
     for impl in impls:
         for mode in ("prefill", "decode"):
             if mode not in modes:
                 continue
-            for batch, context in cells[mode]:
-                progress(f"{mode} {impl.name} batch {batch} context {context}", False)
-                point = _static_point(model, impl, mode, batch, context, plan, args, device)
-                data[mode].append(point.to_json())
-                progress(f"{mode} {impl.name} batch {batch} context {context}", True)
+            for loop in (loops if mode == "decode" else ["as-shipped"]):
+                if where[loop] is None or (mode == "prefill" and "as-shipped" not in loops):
+                    continue
+                for batch, context in cells[mode]:
+                    label = f"{mode} {impl.name} ({loop}) batch {batch} context {context}"
+                    progress(label, False)
+                    point = _static_point(model, impl, mode, batch, context, plan, args, device, loop)
+                    where[loop][mode].append(point.to_json())
+                    progress(label, True)
     if "continuous" in modes:
         reqs = plan["requests"]
-        data["continuous"]["stream"] = stream_json(plan, args)
-        for impl in impls:
-            progress(f"continuous {impl.name}: {len(reqs)} requests", False)
-            if impl.rejected:
-                res = StreamResult(impl=impl.name, status="rejected", reason=impl.rejected, requests=len(reqs))
-            else:
-                done = [0]
-
-                def on_done(name=impl.name, done=done):
-                    done[0] += 1
-                    progress(f"continuous {name}: {done[0]}/{len(reqs)} requests done", False)
-
-                got = attempt(lambda impl=impl, on_done=on_done: serve_stream(
-                    model, impl.name, reqs, device=device, seed=args.seed, timeout_s=args.stream_timeout,
-                    num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, on_done=on_done),
-                    device=device)  # a failure is a row with its reason; the command exits 1 after the report
-                res = got.value or StreamResult(impl=impl.name, status=got.status.value, reason=got.reason,
-                                                requests=len(reqs))
-            data["continuous"]["results"].append(res.to_json())
-            progress(f"continuous {impl.name}", True)
+        for loop in loops:
+            where[loop]["continuous"]["stream"] = stream_json(plan, args)
+            for impl in impls:
+                res = _stream(model, impl, loop, reqs, args, device, progress)
+                where[loop]["continuous"]["results"].append(res.to_json())
+                progress(f"continuous {impl.name} ({loop})", True)
     _price(data, plan["price"])
+    if "production" in loops:
+        _price(data["production"], plan["price"])
     return data
 
 
-def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, args, device: str):
+def _stream(model, impl, loop: str, reqs, args, device: str, progress):
+    """One implementation serving the stream in one loop, through `run.attempt` (a failure is a row)."""
+    from attnprof.run import attempt
+    from attnprof.serving.continuous import StreamResult, serve_stream
+    from attnprof.serving.loops import unavailable
+
+    progress(f"continuous {impl.name} ({loop}): {len(reqs)} requests", False)
+    why = impl.rejected or unavailable(loop, "continuous", device)
+    attach = None
+    if why is None and impl.name == "kernel":
+        from attnprof.serving.hub_kernel import hub_attention
+
+        hub = hub_attention()
+        why = hub.rejected
+        attach = lambda m, hub=hub: hub.apply(m, paged=True)  # noqa: E731
+    if why:
+        return StreamResult(impl=impl.name, loop=loop, status="rejected", reason=why, requests=len(reqs))
+    done = [0]
+
+    def on_done():
+        done[0] += 1
+        progress(f"continuous {impl.name} ({loop}): {done[0]}/{len(reqs)} requests done", False)
+
+    def go():
+        with impl.context():  # sdpa-<backend>: SDPA's flags are process-wide, the generation thread sees them
+            return serve_stream(model, impl.name, reqs, device=device, seed=args.seed, timeout_s=args.stream_timeout,
+                                num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, on_done=on_done,
+                                loop=loop, attach=attach)
+
+    got = attempt(go, device=device)  # a failure is a row with its reason; the command exits 1 after the report
+    return got.value or StreamResult(impl=impl.name, loop=loop, status=got.status.value, reason=got.reason,
+                                     requests=len(reqs))
+
+
+def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, args, device: str,
+                  loop: str = "as-shipped"):
     """One prefill or decode measurement through `run.attempt`: a failure is a row with its status and reason."""
     from attnprof.run import attempt
+    from attnprof.serving.loops import measure_static_decode, unavailable
     from attnprof.serving.throughput import Point, measure_decode, measure_prefill
 
-    if impl.rejected:
-        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=impl.rejected)
+    why = impl.rejected or unavailable(loop, mode, device)
+    if why:
+        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=why,
+                     loop=loop)
 
     def measure():
         model.set_attn_implementation(impl.attn_implementation)
         with impl.context():
+            if loop == "production":
+                return measure_static_decode(model, impl.name, batch=batch, context=context,
+                                             new_tokens=plan["new_tokens"], device=device, seed=args.seed)
             if mode == "prefill":
                 return measure_prefill(model, impl.name, batch=batch, context=context, device=device, seed=args.seed,
                                        reps=args.reps, share=not args.no_share)
@@ -108,23 +145,30 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
     if got.value is not None:
         return got.value
     return Point(impl=impl.name, mode=mode, batch=batch, context=context, status=got.status.value, reason=got.reason,
-                 new_tokens=plan.get("new_tokens", 0) if mode == "decode" else 0)
+                 new_tokens=plan.get("new_tokens", 0) if mode == "decode" else 0, loop=loop)
 
 
 def _price(data: dict, price: float) -> None:
     """$ per 1M tokens and the gain over eager on every row, then the answer (`serving.cost`)."""
     from attnprof.serving.cost import annotate_static, annotate_stream, answer
 
-    annotate_static(data["prefill"], "prefill", price)
+    prefill = data.get("prefill", [])
+    annotate_static(prefill, "prefill", price)
     annotate_static(data["decode"], "decode", price)
     annotate_stream(data["continuous"]["results"], price)
     stream = data["continuous"]["stream"]
-    data["answer"] = answer(data["prefill"], data["decode"], data["continuous"]["results"], price,
+    data["answer"] = answer(prefill, data["decode"], data["continuous"]["results"], price,
                             span_s=stream["span_s"] if stream else None)
 
 
 def errors(data: dict) -> list[str]:
     """`impl mode: reason` for every row that ended in an error (the command exits 1 on any)."""
-    out = [f"{r['impl']} {m}: {r['reason']}" for m in ("prefill", "decode") for r in data[m] if r["status"] == "error"]
-    out += [f"{r['impl']} continuous: {r['reason']}" for r in data["continuous"]["results"] if r["status"] == "error"]
+    out = []
+    for loop, d in (("", data), (" (production)", data.get("production"))):
+        if d is None:
+            continue
+        out += [f"{r['impl']} {m}{loop}: {r['reason']}" for m in ("prefill", "decode") for r in d.get(m, [])
+                if r["status"] == "error"]
+        out += [f"{r['impl']} continuous{loop}: {r['reason']}" for r in d["continuous"]["results"]
+                if r["status"] == "error"]
     return out

@@ -1,0 +1,121 @@
+"""The two serving loops `attnprof serve` measures, as data: **as-shipped** and **production**.
+
+- `as-shipped`: what a default transformers user gets — `generate` with the dynamic cache, continuous batching
+  (`init_continuous_batching`) with its defaults (no CUDA graphs for eager/sdpa: they need a mask).
+- `production`: decode captured in CUDA graphs, the way vLLM/SGLang/transformers' own serving run it — `generate`
+  with `cache_implementation="static"` and `CompileConfig(mode="reduce-overhead")` (inductor's CUDA graphs), and
+  continuous batching with `ContinuousBatchingConfig(use_cuda_graph=True)` and its paged cache.
+
+Every row carries its loop's name. A loop that cannot run here is a row with the reason (`unavailable`), never the
+other loop under its name: CUDA graphs need a CUDA device ("no CUDA graphs on cpu"); a transformers without
+`CompileConfig` or `use_cuda_graph` says which option it lacks.
+
+Production decode is timed as `(t(N2) − t(N1)) / (N2 − N1)` over whole `generate` calls (the compiled loop streams
+tokens a step late, so a streamer's gaps are not its step time), median of `reps` pairs after two warm calls that
+compile and capture; the first call's seconds are reported apart (the cold part).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import torch
+
+LOOPS = ("as-shipped", "production")
+
+
+def parse_loops(text: str) -> list[str]:
+    from attnprof.errors import UsageError
+
+    loops = [x.strip() for x in str(text).split(",") if x.strip()]
+    bad = [x for x in loops if x not in LOOPS]
+    if bad or not loops:
+        raise UsageError(f"--loop {text!r}: choose from {', '.join(LOOPS)} (comma-separated)")
+    return list(dict.fromkeys(loops))
+
+
+def unavailable(loop: str, mode: str, device: str) -> str | None:
+    """Why `loop` cannot run `mode` here (None when it can)."""
+    if loop != "production":
+        return None
+    if not device.startswith("cuda"):
+        return ("no CUDA graphs on cpu: the production loop captures decode in CUDA graphs (static cache + "
+                "torch.compile reduce-overhead, continuous batching use_cuda_graph); run it on a GPU")
+    import transformers
+
+    if mode == "decode":
+        try:
+            from transformers import CompileConfig  # noqa: F401
+        except ImportError:
+            return f"transformers {transformers.__version__} has no CompileConfig (static cache + compile)"
+    if mode == "continuous":
+        from transformers import ContinuousBatchingConfig
+
+        if "use_cuda_graph" not in {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}:
+            return (f"transformers {transformers.__version__}'s ContinuousBatchingConfig has no use_cuda_graph: "
+                    "continuous batching cannot capture CUDA graphs here")
+    return None
+
+
+def _generation_config(new: int, max_len: int, compile_: bool):
+    from transformers import GenerationConfig
+
+    kw = dict(do_sample=False, max_new_tokens=new, min_new_tokens=new, eos_token_id=None, pad_token_id=0,
+              cache_implementation="static", max_cache_len=max_len)  # one KV length for every call
+    if compile_:
+        from transformers import CompileConfig
+
+        kw["compile_config"] = CompileConfig(mode="reduce-overhead")
+    else:
+        kw["disable_compile"] = True  # static cache alone (the CPU plumbing test; a GPU would compile by itself)
+    return GenerationConfig(**kw)
+
+
+def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tokens: int, device: str,
+                          seed: int = 0, reps: int = 3, compile_: bool = True):
+    """The production `generate`: static cache (+ compile reduce-overhead); ms/token from whole calls (see above)."""
+    from attnprof.errors import CheckFailed
+    from attnprof.serving.throughput import Point, _prompt
+
+    n2 = new_tokens
+    n1 = max(2, n2 // 4)
+    if n2 - n1 < 1:
+        raise CheckFailed(f"decode {impl} production: --new-tokens {n2} is too few to time (needs >= 3)")
+    ids = _prompt(model.config, batch, context, device, seed)  # [B, S]
+    max_len = context + n2 + 8
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+
+    def call(new: int) -> float:
+        sync()
+        t = time.perf_counter()
+        out = model.generate(ids, attention_mask=torch.ones_like(ids),
+                             generation_config=_generation_config(new, max_len, compile_))
+        sync()
+        if tuple(out.shape) != (batch, context + new):
+            raise CheckFailed(f"decode {impl} production: asked for {new} new tokens per row, got "
+                              f"{out.shape[1] - context}")
+        return time.perf_counter() - t
+
+    if compile_:  # a fresh compile per row: dynamo does not guard on SDPA's backend flags
+        torch._dynamo.reset()
+        model.__dict__.pop("_compiled_call", None)
+    with torch.inference_mode():
+        first = call(n2)  # compile + graph capture, cuDNN plans: the cold part
+        call(n2)
+        per_token = []
+        for _ in range(reps):
+            a, b = call(n1), call(n2)
+            per_token.append((b - a) / (n2 - n1))
+    s = statistics.median(per_token)
+    if s <= 0:
+        raise CheckFailed(f"decode {impl} production: timing noise, t(N2) <= t(N1); raise --new-tokens")
+    ms = s * 1e3
+    tokens = batch * (n2 - n1)
+    return Point(impl=impl, mode="decode", batch=batch, context=context, new_tokens=n2, tokens=tokens,
+                 seconds=s * (n2 - n1), step_ms=ms, itl_ms={"p50": ms, "p99": max(per_token) * 1e3},
+                 itl_repeat_ms={}, cold_s=first, loop="production")
