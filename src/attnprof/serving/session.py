@@ -79,7 +79,12 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
                 progress(f"continuous {impl.name} ({loop})", True)
     _price(data, plan["price"])
     if "production" in loops:
-        _price(data["production"], plan["price"])
+        prod = data["production"]
+        _price(prod, plan["price"])
+        if not prod["answer"]:  # nothing of this loop ran: say why, never leave it blank
+            rows = prod["decode"] + prod["continuous"]["results"]
+            why = list(dict.fromkeys(r["reason"] for r in rows if r.get("reason")))
+            prod["answer"] = "not measured: " + ("; ".join(why) if why else "no mode of this loop was asked for")
     return data
 
 
