@@ -37,6 +37,7 @@ def test_both_loops_are_named_and_production_says_why_on_cpu(capsys, tmp_path):
     md = (tmp_path / "o" / "serve.md").read_text()
     assert "[as-shipped]" in md and "[production]" in md and "Production loop:" in md
     assert md.count("no CUDA graphs on cpu") >= 4
+    assert not (tmp_path / "o" / "serve.partial.json").exists()  # the per-row checkpoint is gone once complete
 
 
 def test_loop_flag(capsys, tmp_path):

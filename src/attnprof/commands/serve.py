@@ -80,10 +80,17 @@ def run(args: argparse.Namespace) -> int:
     impls = resolve_impls(args.impls, device, config=plan["config"], dtype=plan["dtype"],
                           context=max(plan.get("context") or [plan.get("decode_context") or 1024]))
     folder = out_dir(args, "serve")
+    partial = folder / f"{args.stem}.partial.json"  # the rows so far, named as partial; removed when complete
+
+    def checkpoint(rows: dict) -> None:
+        write_json(partial, {"partial": True, "note": "rows measured so far; the run did not finish", **rows,
+                             "command": "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])})
+
     with progress() as bar:
         task = bar.add_task("serve", total=steps(plan, impls))
         data = serve(plan, impls, device, args, note=lambda text: err.print(f"[dim]{text}[/dim]"),
-                     on_progress=lambda text, advance: bar.update(task, description=text, advance=int(advance)))
+                     on_progress=lambda text, advance: bar.update(task, description=text, advance=int(advance)),
+                     checkpoint=checkpoint)
     data["provenance"] = provenance(device, seed=args.seed)
     data["command"] = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     stem = args.stem
@@ -91,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     data["pictures"] = [p.name for p in pictures]
     write_json(folder / f"{stem}.json", data)
     write_atomic(folder / f"{stem}.md", serve_report.markdown(data))
+    partial.unlink(missing_ok=True)
     serve_report.print_terminal(data)
     err.print(f"report: {folder}/{stem}.json, {stem}.md" + "".join(f", {p.name}" for p in pictures))
     emit_json(args, serve_report.json_line(data, folder))

@@ -127,7 +127,8 @@ def markdown(data: dict) -> str:
     rejected = [i for i in data["impls"] if i["reason"]]
     if rejected:
         lines += ["", "Not run: " + "; ".join(i["reason"] for i in rejected) + "."]
-    lines += _loop_sections(data, "as-shipped")
+    if "as-shipped" in data.get("loops", ["as-shipped"]):
+        lines += _loop_sections(data, "as-shipped")
     if data.get("production"):
         lines += _loop_sections(data["production"], "production")
     lines += ["", "## How to read this", "",

@@ -23,9 +23,10 @@ def steps(plan: dict, impls) -> int:
 
 
 def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, bool], None] | None = None,
-          note: Callable[[str], None] | None = None) -> dict:
+          note: Callable[[str], None] | None = None, checkpoint: Callable[[dict], None] | None = None) -> dict:
     """Measure every mode of `plan` for every implementation; price it. `on_progress(description, advance)` reports
-    each step, `note(text)` says what is being built (see the module docstring)."""
+    each step, `note(text)` says what is being built, `checkpoint(data)` gets the rows so far after each row (see
+    the module docstring)."""
     from attnprof.models import attention_workload, build_model
 
     progress = on_progress or (lambda description, advance: None)
@@ -68,6 +69,8 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
                     progress(label, False)
                     point = _static_point(model, impl, mode, batch, context, plan, args, device, loop)
                     where[loop][mode].append(point.to_json())
+                    if checkpoint is not None:
+                        checkpoint(data)
                     progress(label, True)
     if "continuous" in modes:
         reqs = plan["requests"]
@@ -76,8 +79,12 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
             for impl in impls:
                 res = _stream(model, impl, loop, reqs, args, device, progress)
                 where[loop]["continuous"]["results"].append(res.to_json())
+                if checkpoint is not None:
+                    checkpoint(data)
                 progress(f"continuous {impl.name} ({loop})", True)
     _price(data, plan["price"])
+    if "as-shipped" not in loops:
+        data["answer"] = "the as-shipped loop was not asked for (--loop); see the production loop."
     if "production" in loops:
         prod = data["production"]
         _price(prod, plan["price"])
