@@ -119,6 +119,11 @@ def _stream(model, impl, loop: str, reqs, args, device: str, progress):
         progress(f"continuous {impl.name} ({loop}): {done[0]}/{len(reqs)} requests done", False)
 
     def go():
+        if loop == "production" and device.startswith("cuda"):  # drop compiled generate's graphs and their pool
+            import torch
+
+            torch._dynamo.reset()
+            model.__dict__.pop("_compiled_call", None)
         with impl.context():  # sdpa-<backend>: SDPA's flags are process-wide, the generation thread sees them
             return serve_stream(model, impl.name, reqs, device=device, seed=args.seed, timeout_s=args.stream_timeout,
                                 num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, on_done=on_done,
