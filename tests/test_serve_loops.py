@@ -19,7 +19,7 @@ def test_both_loops_are_named_and_production_says_why_on_cpu(capsys, tmp_path):
     f.write_text("\n".join(json.dumps({"prompt_tokens": p, "output_tokens": o}) for p, o in [(9, 3), (14, 2)]))
     code = main(TINY + ["--out", str(tmp_path / "o"), "--mode", "decode,continuous", "--decode-batch", "1",
                         "--decode-context", "8", "--new-tokens", "3", "--no-share", "--request-file", str(f),
-                        "--rate", "50", "--impls", "eager,sdpa-math"])
+                        "--rate", "50", "--impls", "eager,sdpa-math", "--slo-ttft-ms", "1e9", "--slo-tpot-ms", "1e-9"])
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     data = json.loads((tmp_path / "o" / "serve.json").read_text())
     assert code == 0 and data["loops"] == ["as-shipped", "production"]
@@ -29,12 +29,20 @@ def test_both_loops_are_named_and_production_says_why_on_cpu(capsys, tmp_path):
     assert [(r["impl"], r["loop"], r["completed"]) for r in shipped] == [
         ("eager", "as-shipped", 2), ("sdpa-math", "as-shipped", 2)]  # pinned SDPA runs paged sdpa now
     assert shipped[1]["ran_as"].endswith("sdpa")
+    for r in shipped:  # vLLM's metrics from the loop's timestamps; no request meets a 1e-9 ms TPOT SLO
+        m = r["metrics"]
+        assert m["completed"] == 2 and m["throughput"]["output_tokens"] == 3 + 2
+        assert m["throughput"]["good"] == 0 and m["throughput"]["request_goodput"] == 0.0
+        lat = m["latency"]
+        assert lat["ttft_ms"]["n"] == 2 and lat["tpot_ms"]["p99"] >= lat["tpot_ms"]["p50"] > 0
+    assert data["continuous"]["stream"]["slo"] == {"ttft_ms": 1e9, "tpot_ms": 1e-9, "e2el_ms": None}
     prod = data["production"]
     rows = prod["decode"] + prod["continuous"]["results"]
     assert len(rows) == 4 and all(r["loop"] == "production" and r["status"] == "rejected" for r in rows)
     assert all("no CUDA graphs on cpu" in r["reason"] for r in rows)
     assert prod["answer"] and last["production"]["decode"][0]["status"] == "rejected"
     md = (tmp_path / "o" / "serve.md").read_text()
+    assert "`vllm bench serve`'s metrics [as-shipped]" in md and "TTFT ≤ 1e+09 ms, TPOT ≤ 1e-09 ms" in md
     assert "[as-shipped]" in md and "[production]" in md and "Production loop:" in md
     assert md.count("no CUDA graphs on cpu") >= 4
     assert not (tmp_path / "o" / "serve.partial.json").exists()  # the per-row checkpoint is gone once complete
@@ -58,3 +66,25 @@ def test_production_decode_plumbing_static_cache_uncompiled(impl):
     assert p.tokens == 2 * (8 - 2)  # batch × (N2 − N1), N1 = max(2, N2 // 4)
     assert p.step_ms > 0 and p.cold_s > 0 and p.tokens_per_s > 0
     assert p.to_json()["loop"] == "production"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--slo-ttft-ms", "0"], "--slo-ttft-ms must be a positive number of milliseconds"),
+    (["--slo-tpot-ms", "-5"], "--slo-tpot-ms must be a positive number of milliseconds"),
+])
+def test_bad_slo_is_one_line_and_exit_2(capsys, tmp_path, extra, message):
+    code = main(["serve", "--device", "cpu", "--mode", "continuous", "--out", str(tmp_path / "o")] + extra)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "o" / "serve.json").exists()
+
+
+def test_a_failed_request_is_counted_in_the_vllm_metrics_with_its_reason():
+    from attnprof.serving.continuous import Request, serve_stream
+
+    model = build_model("tiny-llama", attn_implementation="eager")
+    reqs = [Request(0.0, 8, 2), Request(60.0, 8, 2)]  # the second arrives after the deadline
+    r = serve_stream(model, "eager", reqs, device="cpu", timeout_s=2.0)
+    m = r.metrics
+    assert m["requests"] == 2 and m["completed"] == 1 and m["failed"] == 1
+    assert m["failures"][0]["index"] == 1 and "limit" in m["failures"][0]["reason"]

@@ -190,6 +190,14 @@ def _loop_sections(data: dict, loop: str) -> list[str]:
                   f"{s['output_tokens']['p50']} (max {s['output_tokens']['max']}, {s['output_tokens']['total']} "
                   f"in all); unfinished after {s['timeout_s']:g} s counts as failed.", "",
                   md_table(STREAM_HEAD, _stream_rows(stream["results"]))]
+        vllm = _vllm_rows(stream["results"])
+        if vllm:
+            slo = s.get("slo") or {}
+            said = ", ".join(f"{k[:-3].upper()} ≤ {v:g} ms" for k, v in slo.items() if v is not None)
+            lines += ["", f"`vllm bench serve`'s metrics [{loop}] (vLLM's definitions, from the loop's per-token "
+                          f"timestamps; ms as p50 / p90 / p99; goodput = requests/s meeting "
+                          f"{said or 'an SLO: none given (--slo-ttft-ms, --slo-tpot-ms)'}):", "",
+                      md_table(VLLM_HEAD, vllm)]
         for r in stream["results"]:
             if r.get("failures"):
                 first = r["failures"][0]
@@ -200,6 +208,29 @@ def _loop_sections(data: dict, loop: str) -> list[str]:
             if r.get("short"):
                 lines += [f"{r['impl']}: {r['short']} requests returned fewer tokens than asked."]
     return lines
+
+
+VLLM_HEAD = ["impl", "completed / failed", "requests/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "ITL", "E2EL",
+             "goodput req/s", "peak output tok/s (1 s)", "peak concurrency"]
+
+
+def _dist(d: dict | None) -> str:
+    return "–" if not d else f"{d['p50']:.3g} / {d['p90']:.3g} / {d['p99']:.3g}"
+
+
+def _vllm_rows(rows: list[dict]) -> list[list]:
+    out = []
+    for r in rows:
+        m = r.get("metrics")
+        if not m:
+            continue
+        t, lat = m["throughput"], m["latency"]
+        out.append([r["impl"], f"{m['completed']} / {m['failed']}", fmt(t["request_throughput"], ".3g"),
+                    fmt(t["output_throughput"], ",.0f"), fmt(t["total_token_throughput"], ",.0f"),
+                    _dist(lat["ttft_ms"]), _dist(lat["tpot_ms"]), _dist(lat["itl_ms"]), _dist(lat["e2el_ms"]),
+                    fmt(t["request_goodput"], ".3g"), fmt(m["max_output_tokens_per_s"], ",.0f"),
+                    m["max_concurrent_requests"]])
+    return out
 
 
 def _plt():

@@ -58,6 +58,9 @@ class StreamResult:
     itl_ms: dict[str, float] = field(default_factory=dict)
     short: int = 0  # completed requests that returned fewer tokens than asked
     log_errors: list[str] = field(default_factory=list)
+    # `vllm bench serve`'s numbers for this stream (`serving.metrics.summarize`: TTFT/TPOT/ITL/E2EL mean, p50/p90/p99,
+    # request and token throughput, goodput under the SLO given), from the loop's own per-token timestamps
+    metrics: dict | None = None
 
     @property
     def failed(self) -> int:
@@ -210,7 +213,7 @@ def _cb_config(device: str, requests: list[Request], num_blocks: int | None, max
 
 def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed: int = 0, timeout_s: float = 120.0,
                  num_blocks: int | None = None, max_batch_tokens: int | None = None, on_done=None,
-                 loop: str = "as-shipped", attach=None) -> StreamResult:
+                 loop: str = "as-shipped", attach=None, slo=None) -> StreamResult:
     """Feed `requests` at their arrival times to the model's continuous-batching manager and time every token.
 
     `loop="production"` turns transformers' CUDA graphs on (`use_cuda_graph=True`). `sdpa-<backend>` runs paged sdpa
@@ -263,8 +266,33 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
         model.set_attn_implementation(original)
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
-    return dataclasses.replace(_summarise(impl, ran_as, requests, sent, results, failures, warmup_s, log.lines),
-                               loop=loop)
+    res = _summarise(impl, ran_as, requests, sent, results, failures, warmup_s, log.lines)
+    return dataclasses.replace(res, loop=loop, metrics=vllm_metrics(requests, sent, results, res.failures, slo))
+
+
+def vllm_metrics(requests, sent, results, failures, slo=None) -> dict | None:
+    """Every request as a `RequestTimeline` (a failure keeps its reason) → `serving.metrics.summarize` as JSON."""
+    from attnprof.serving.metrics import RequestTimeline, summarize
+
+    lines, seen = [], set()
+    known = [t for _, t in sent.values()]
+    for rid, (i, submitted) in sent.items():
+        out = results.get(rid)
+        if out is None or out.error is not None:
+            continue
+        stamps = tuple(list(out.timestamps or [])[:len(out.generated_tokens)])
+        if not stamps:
+            return None  # this transformers did not record per-token times: no latency to report
+        lines.append(RequestTimeline(i, len(out.prompt_ids), submitted, stamps))
+        seen.add(i)
+    sent_at = {i: t for i, t in sent.values()}
+    last = max(known) if known else 0.0
+    for f in failures:
+        if f["request"] not in seen:
+            t = sent_at.get(f["request"], last)
+            lines.append(RequestTimeline(f["request"], requests[f["request"]].prompt_tokens, t, error=f["error"],
+                                         ended_s=t))
+    return summarize(lines, slo=slo).to_json() if lines else None
 
 
 def _warm(manager, vocab: int, timeout_s: float) -> None:

@@ -7,6 +7,8 @@ and its config, dtype, price, the prefill and decode grids, and the request stre
 
 from __future__ import annotations
 
+import dataclasses
+
 from attnprof.errors import UsageError
 
 MODES = ("prefill", "decode", "continuous")
@@ -80,6 +82,11 @@ def make_plan(args, device: str) -> dict:
         if max_pos:
             check_fits(requests, max_pos)
         plan["requests"], plan["rate"] = requests, rate
+        slo = {k: getattr(args, f"slo_{k}", None) for k in ("ttft_ms", "tpot_ms")}
+        if any(v is not None for v in slo.values()):
+            from attnprof.serving.metrics import Slo
+
+            plan["slo"] = Slo(**slo)  # each > 0, else a UsageError naming the flag
     return plan
 
 
@@ -99,4 +106,5 @@ def stream_json(plan: dict, args) -> dict:
             "output_tokens": {"total": sum(outs), "p50": outs[len(outs) // 2], "max": outs[-1]},
             "prompt_sigma": args.prompt_sigma, "output_sigma": args.output_sigma,
             "max_batch_tokens": args.max_batch_tokens, "num_blocks": args.num_blocks,
-            "timeout_s": args.stream_timeout}
+            "timeout_s": args.stream_timeout,
+            "slo": dataclasses.asdict(plan["slo"]) if plan.get("slo") else None}

@@ -77,7 +77,7 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
         for loop in loops:
             where[loop]["continuous"]["stream"] = stream_json(plan, args)
             for impl in impls:
-                res = _stream(model, impl, loop, reqs, args, device, progress)
+                res = _stream(model, impl, loop, reqs, args, device, progress, plan.get("slo"))
                 where[loop]["continuous"]["results"].append(res.to_json())
                 if checkpoint is not None:
                     checkpoint(data)
@@ -95,7 +95,7 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
     return data
 
 
-def _stream(model, impl, loop: str, reqs, args, device: str, progress):
+def _stream(model, impl, loop: str, reqs, args, device: str, progress, plan_slo=None):
     """One implementation serving the stream in one loop, through `run.attempt` (a failure is a row)."""
     from attnprof.run import attempt
     from attnprof.serving.continuous import StreamResult, serve_stream
@@ -127,7 +127,7 @@ def _stream(model, impl, loop: str, reqs, args, device: str, progress):
         with impl.context():  # sdpa-<backend>: SDPA's flags are process-wide, the generation thread sees them
             return serve_stream(model, impl.name, reqs, device=device, seed=args.seed, timeout_s=args.stream_timeout,
                                 num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, on_done=on_done,
-                                loop=loop, attach=attach)
+                                loop=loop, attach=attach, slo=plan_slo)
 
     got = attempt(go, device=device)  # a failure is a row with its reason; the command exits 1 after the report
     return got.value or StreamResult(impl=impl.name, loop=loop, status=got.status.value, reason=got.reason,
