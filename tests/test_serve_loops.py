@@ -35,6 +35,7 @@ def test_both_loops_are_named_and_production_says_why_on_cpu(capsys, tmp_path):
         assert m["throughput"]["good"] == 0 and m["throughput"]["request_goodput"] == 0.0
         lat = m["latency"]
         assert lat["ttft_ms"]["n"] == 2 and lat["tpot_ms"]["p99"] >= lat["tpot_ms"]["p50"] > 0
+    assert shipped[0]["steady"] is None and "covers every arrival" in shipped[0]["steady_note"]  # 2 requests
     assert data["continuous"]["stream"]["slo"] == {"ttft_ms": 1e9, "tpot_ms": 1e-9, "e2el_ms": None}
     prod = data["production"]
     rows = prod["decode"] + prod["continuous"]["results"]
@@ -88,3 +89,18 @@ def test_a_failed_request_is_counted_in_the_vllm_metrics_with_its_reason():
     m = r.metrics
     assert m["requests"] == 2 and m["completed"] == 1 and m["failed"] == 1
     assert m["failures"][0]["index"] == 1 and "limit" in m["failures"][0]["reason"]
+
+
+def test_steady_state_is_split_from_the_cold_part(capsys, tmp_path):
+    code = main(TINY + ["--out", str(tmp_path / "o"), "--mode", "continuous", "--loop", "as-shipped", "--impls",
+                        "sdpa", "--requests", "6", "--rate", "40", "--prompt-median", "8", "--output-median", "3",
+                        "--warmup-requests", "2"])
+    capsys.readouterr()
+    (r,) = json.loads((tmp_path / "o" / "serve.json").read_text())["continuous"]["results"]
+    st = r["steady"]
+    assert st["warmup"] == "2 requests" and st["cold"]["requests"] == 2 and st["steady_requests"] == 4
+    assert st["whole"]["completed"] == 6 and st["steady_throughput"]["duration_s"] > 0
+    assert "cold part apart" in (tmp_path / "o" / "serve.md").read_text()
+    code = main(TINY + ["--out", str(tmp_path / "p"), "--mode", "continuous", "--requests", "3",
+                        "--warmup-requests", "2"])
+    assert code == 2 and "--warmup-requests 2 leaves no steady part" in capsys.readouterr().err

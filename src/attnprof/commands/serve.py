@@ -54,6 +54,9 @@ def register(sub) -> None:
     c.add_argument("--max-batch-tokens", type=int, default=None, help="tokens per continuous batch "
                                                                       "(default: transformers decides)")
     c.add_argument("--num-blocks", type=int, default=None, help="paged KV cache blocks (default: transformers)")
+    c.add_argument("--warmup-requests", type=int, default=None,
+                   help="first requests counted as the cold part, reported apart from the steady state "
+                        "(default: a tenth of the stream, at least 1)")
     c.add_argument("--slo-ttft-ms", type=float, default=None, help="goodput SLO: time to first token, ms (> 0)")
     c.add_argument("--slo-tpot-ms", type=float, default=None, help="goodput SLO: time per output token, ms (> 0)")
     p.add_argument("--gpu-hour-price", type=float, default=None,

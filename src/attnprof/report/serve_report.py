@@ -198,6 +198,7 @@ def _loop_sections(data: dict, loop: str) -> list[str]:
                           f"timestamps; ms as p50 / p90 / p99; goodput = requests/s meeting "
                           f"{said or 'an SLO: none given (--slo-ttft-ms, --slo-tpot-ms)'}):", "",
                       md_table(VLLM_HEAD, vllm)]
+            lines += [""] + [_steady_line(r) for r in stream["results"] if r.get("metrics")]
         for r in stream["results"]:
             if r.get("failures"):
                 first = r["failures"][0]
@@ -231,6 +232,22 @@ def _vllm_rows(rows: list[dict]) -> list[list]:
                     fmt(t["request_goodput"], ".3g"), fmt(m["max_output_tokens_per_s"], ",.0f"),
                     m["max_concurrent_requests"]])
     return out
+
+
+def _steady_line(r: dict) -> str:
+    """Steady state and the cold part, reported apart (ms as p50 / p90 / p99)."""
+    st = r.get("steady")
+    if not st:
+        return f"- {r['impl']}: no steady part ({r.get('steady_note') or 'not computed'})."
+    lat, thr = st["steady_latency"], st["steady_throughput"]
+    text = (f"- {r['impl']}, steady (after the first {st['warmup']}, window {st['window_s'][1] - st['window_s'][0]:.3g} s):"
+            f" {fmt(thr['output_throughput'], ',.0f')} output tok/s, TTFT {_dist(lat['ttft_ms'])}, TPOT "
+            f"{_dist(lat['tpot_ms'])}")
+    cold = st.get("cold")
+    if cold:
+        c = cold["latency"]
+        text += f"; cold part apart: TTFT {_dist(c['ttft_ms'])}, TPOT {_dist(c['tpot_ms'])}"
+    return text + "."
 
 
 def _plt():

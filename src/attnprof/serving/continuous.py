@@ -61,6 +61,10 @@ class StreamResult:
     # `vllm bench serve`'s numbers for this stream (`serving.metrics.summarize`: TTFT/TPOT/ITL/E2EL mean, p50/p90/p99,
     # request and token throughput, goodput under the SLO given), from the loop's own per-token timestamps
     metrics: dict | None = None
+    # the same stream split at its warm-up (`serving.steady.split_warmup`): the cold requests summarised apart, the
+    # steady latency and the steady-window throughput; None with `steady_note` when the stream is too short
+    steady: dict | None = None
+    steady_note: str | None = None
 
     @property
     def failed(self) -> int:
@@ -213,7 +217,7 @@ def _cb_config(device: str, requests: list[Request], num_blocks: int | None, max
 
 def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed: int = 0, timeout_s: float = 120.0,
                  num_blocks: int | None = None, max_batch_tokens: int | None = None, on_done=None,
-                 loop: str = "as-shipped", attach=None, slo=None) -> StreamResult:
+                 loop: str = "as-shipped", attach=None, slo=None, warmup_requests: int | None = None) -> StreamResult:
     """Feed `requests` at their arrival times to the model's continuous-batching manager and time every token.
 
     `loop="production"` turns transformers' CUDA graphs on (`use_cuda_graph=True`). `sdpa-<backend>` runs paged sdpa
@@ -267,12 +271,25 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
     res = _summarise(impl, ran_as, requests, sent, results, failures, warmup_s, log.lines)
-    return dataclasses.replace(res, loop=loop, metrics=vllm_metrics(requests, sent, results, res.failures, slo))
+    lines = timelines(requests, sent, results, res.failures)
+    if not lines:
+        return dataclasses.replace(res, loop=loop, steady_note="no per-token timestamps from this transformers")
+    from attnprof.serving.metrics import summarize
+    from attnprof.serving.steady import split_warmup
+
+    steady, note = None, None
+    cold = max(1, len(requests) // 10) if warmup_requests is None else warmup_requests
+    try:
+        steady = split_warmup(lines, warmup_requests=cold, slo=slo).to_json()
+    except UsageError as exc:  # too short a stream to have a steady part: said, not raised after the measurement
+        note = str(exc)
+    return dataclasses.replace(res, loop=loop, metrics=summarize(lines, slo=slo).to_json(), steady=steady,
+                               steady_note=note)
 
 
-def vllm_metrics(requests, sent, results, failures, slo=None) -> dict | None:
-    """Every request as a `RequestTimeline` (a failure keeps its reason) → `serving.metrics.summarize` as JSON."""
-    from attnprof.serving.metrics import RequestTimeline, summarize
+def timelines(requests, sent, results, failures) -> list:
+    """Every request as a `serving.metrics.RequestTimeline` (a failure keeps its reason); [] without timestamps."""
+    from attnprof.serving.metrics import RequestTimeline
 
     lines, seen = [], set()
     known = [t for _, t in sent.values()]
@@ -282,7 +299,7 @@ def vllm_metrics(requests, sent, results, failures, slo=None) -> dict | None:
             continue
         stamps = tuple(list(out.timestamps or [])[:len(out.generated_tokens)])
         if not stamps:
-            return None  # this transformers did not record per-token times: no latency to report
+            return []  # this transformers did not record per-token times: no latency to report
         lines.append(RequestTimeline(i, len(out.prompt_ids), submitted, stamps))
         seen.add(i)
     sent_at = {i: t for i, t in sent.values()}
@@ -292,7 +309,7 @@ def vllm_metrics(requests, sent, results, failures, slo=None) -> dict | None:
             t = sent_at.get(f["request"], last)
             lines.append(RequestTimeline(f["request"], requests[f["request"]].prompt_tokens, t, error=f["error"],
                                          ended_s=t))
-    return summarize(lines, slo=slo).to_json() if lines else None
+    return lines
 
 
 def _warm(manager, vocab: int, timeout_s: float) -> None:

@@ -82,6 +82,10 @@ def make_plan(args, device: str) -> dict:
         if max_pos:
             check_fits(requests, max_pos)
         plan["requests"], plan["rate"] = requests, rate
+        warm = getattr(args, "warmup_requests", None)
+        if warm is not None and not 0 <= warm < len(requests) - 1:
+            raise UsageError(f"--warmup-requests {warm} leaves no steady part of a {len(requests)}-request stream "
+                             f"(give 0 … {max(0, len(requests) - 2)})")
         slo = {k: getattr(args, f"slo_{k}", None) for k in ("ttft_ms", "tpot_ms")}
         if any(v is not None for v in slo.values()):
             from attnprof.serving.metrics import Slo

@@ -127,7 +127,8 @@ def _stream(model, impl, loop: str, reqs, args, device: str, progress, plan_slo=
         with impl.context():  # sdpa-<backend>: SDPA's flags are process-wide, the generation thread sees them
             return serve_stream(model, impl.name, reqs, device=device, seed=args.seed, timeout_s=args.stream_timeout,
                                 num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, on_done=on_done,
-                                loop=loop, attach=attach, slo=plan_slo)
+                                loop=loop, attach=attach, slo=plan_slo,
+                                warmup_requests=getattr(args, "warmup_requests", None))
 
     got = attempt(go, device=device)  # a failure is a row with its reason; the command exits 1 after the report
     return got.value or StreamResult(impl=impl.name, loop=loop, status=got.status.value, reason=got.reason,
