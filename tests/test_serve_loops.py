@@ -104,3 +104,22 @@ def test_steady_state_is_split_from_the_cold_part(capsys, tmp_path):
     code = main(TINY + ["--out", str(tmp_path / "p"), "--mode", "continuous", "--requests", "3",
                         "--warmup-requests", "2"])
     assert code == 2 and "--warmup-requests 2 leaves no steady part" in capsys.readouterr().err
+
+
+def test_gains_over_eager_and_sdpa_and_inconclusive_when_the_spread_overlaps():
+    from attnprof.serving.loops import comparisons
+
+    def row(impl, ms, lo, hi):
+        return {"impl": impl, "status": "ok", "batch": 1, "tokens_per_s": 1e3 / ms, "step_ms": ms,
+                "itl_ms": {"p50": ms, "min": lo, "max": hi}}
+
+    decode = [row("eager", 4.0, 3.9, 4.1), row("sdpa", 3.9, 3.8, 4.2), row("kernel", 2.0, 1.9, 2.1)]
+    text = comparisons("production", decode, [])
+    assert "sdpa 3.9 ms/token, 1.03× eager [0.93–1.08] (inconclusive" in text
+    kernel = text.split("kernel")[1]
+    assert "2.00× eager" in kernel and "1.95× sdpa" in kernel and "inconclusive" not in kernel
+    stream = [{"impl": i, "status": "ok", "completed": 4, "output_tokens_per_s": v}
+              for i, v in (("eager", 500.0), ("sdpa", 800.0), ("kernel", 1000.0))]
+    text = comparisons("production", [], stream)
+    assert text.startswith("production loop, gains:") and "kernel 1000 output tok/s, 2.00× eager, 1.25× sdpa" in text
+    assert comparisons("as-shipped", [], []) == ""

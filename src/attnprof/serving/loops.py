@@ -117,5 +117,46 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
     ms = s * 1e3
     tokens = batch * (n2 - n1)
     return Point(impl=impl, mode="decode", batch=batch, context=context, new_tokens=n2, tokens=tokens,
-                 seconds=s * (n2 - n1), step_ms=ms, itl_ms={"p50": ms, "p99": max(per_token) * 1e3},
+                 seconds=s * (n2 - n1), step_ms=ms,
+                 itl_ms={"p50": ms, "p99": max(per_token) * 1e3, "min": min(per_token) * 1e3,
+                         "max": max(per_token) * 1e3},
                  itl_repeat_ms={}, cold_s=first, loop="production")
+
+
+def _gain_range(base: dict, row: dict) -> tuple[float, float] | None:
+    """(lowest, highest) speed-up of `row` over `base` from their per-rep ms/token spread (production decode)."""
+    b, r = base.get("itl_ms") or {}, row.get("itl_ms") or {}
+    if not all(k in d and d[k] > 0 for d in (b, r) for k in ("min", "max")):
+        return None
+    return b["min"] / r["max"], b["max"] / r["min"]
+
+
+def comparisons(loop: str, decode: list[dict], stream: list[dict]) -> str:
+    """Per loop: each implementation's gain over eager and over sdpa, computed from the rows; a decode gain whose
+    rep spread overlaps 1.0× is called inconclusive."""
+    bits = []
+    for batch in sorted({r["batch"] for r in decode if r["status"] == "ok"}):
+        rows = {r["impl"]: r for r in decode if r["status"] == "ok" and r["batch"] == batch}
+        for impl, r in rows.items():
+            if impl == "eager":
+                continue
+            said = []
+            for base in ("eager", "sdpa"):
+                b = rows.get(base)
+                if b is None or base == impl or not b["tokens_per_s"]:
+                    continue
+                g = r["tokens_per_s"] / b["tokens_per_s"]
+                span = _gain_range(b, r)
+                verdict = " (inconclusive: the reps' spread overlaps 1.0×)" if span and span[0] <= 1.0 <= span[1] \
+                    else ""
+                said.append(f"{g:.2f}× {base}" + (f" [{span[0]:.2f}–{span[1]:.2f}]" if span else "") + verdict)
+            if said:
+                bits.append(f"decode batch {batch}: {impl} {r['step_ms']:.3g} ms/token, " + ", ".join(said))
+    ok = {r["impl"]: r for r in stream if r["status"] == "ok" and r.get("completed")}
+    for impl, r in ok.items():
+        said = [f"{r['output_tokens_per_s'] / ok[b]['output_tokens_per_s']:.2f}× {b}" for b in ("eager", "sdpa")
+                if b in ok and b != impl and ok[b]["output_tokens_per_s"]]
+        if said and impl != "eager":
+            bits.append(f"continuous batching: {impl} {r['output_tokens_per_s']:.0f} output tok/s, " + ", ".join(said)
+                        + " (one stream per implementation: no spread to test)")
+    return f"{loop} loop, gains: " + "; ".join(bits) + "." if bits else ""

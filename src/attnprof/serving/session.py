@@ -87,7 +87,7 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
         data["answer"] = "the as-shipped loop was not asked for (--loop); see the production loop."
     if "production" in loops:
         prod = data["production"]
-        _price(prod, plan["price"])
+        _price(prod, plan["price"], "production")
         if not prod["answer"]:  # nothing of this loop ran: say why, never leave it blank
             rows = prod["decode"] + prod["continuous"]["results"]
             why = list(dict.fromkeys(r["reason"] for r in rows if r.get("reason")))
@@ -166,9 +166,11 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
                  new_tokens=plan.get("new_tokens", 0) if mode == "decode" else 0, loop=loop)
 
 
-def _price(data: dict, price: float) -> None:
-    """$ per 1M tokens and the gain over eager on every row, then the answer (`serving.cost`)."""
+def _price(data: dict, price: float, loop: str = "as-shipped") -> None:
+    """$ per 1M tokens and the gain over eager on every row, then the answer (`serving.cost`) with each
+    implementation's gain over eager and over sdpa in this loop (`serving.loops.comparisons`)."""
     from attnprof.serving.cost import annotate_static, annotate_stream, answer
+    from attnprof.serving.loops import comparisons
 
     prefill = data.get("prefill", [])
     annotate_static(prefill, "prefill", price)
@@ -177,6 +179,9 @@ def _price(data: dict, price: float) -> None:
     stream = data["continuous"]["stream"]
     data["answer"] = answer(prefill, data["decode"], data["continuous"]["results"], price,
                             span_s=stream["span_s"] if stream else None)
+    extra = comparisons(loop, data["decode"], data["continuous"]["results"])
+    if extra:
+        data["answer"] = (data["answer"] + " " + extra).strip()
 
 
 def errors(data: dict) -> list[str]:
