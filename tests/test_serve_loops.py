@@ -123,3 +123,23 @@ def test_gains_over_eager_and_sdpa_and_inconclusive_when_the_spread_overlaps():
     text = comparisons("production", [], stream)
     assert text.startswith("production loop, gains:") and "kernel 1000 output tok/s, 2.00× eager, 1.25× sdpa" in text
     assert comparisons("as-shipped", [], []) == ""
+
+
+def test_concurrency_sweep_draws_the_curve_per_loop(capsys, tmp_path):
+    code = main(TINY + ["--out", str(tmp_path / "o"), "--mode", "continuous", "--impls", "sdpa", "--requests", "4",
+                        "--rate", "50", "--prompt-median", "8", "--output-median", "3", "--sweep-concurrency", "1,3"])
+    capsys.readouterr()
+    assert code == 0
+    data = json.loads((tmp_path / "o" / "serve.json").read_text())
+    sweep = data["continuous"]["sweep"]
+    assert sweep["axis"] == "concurrency" and [p["load"] for p in sweep["points"]] == [1, 3]
+    for p in sweep["points"]:
+        assert p["impl"] == "sdpa" and p["completed"] == 4 and p["failed"] == 0
+        assert p["output_tokens_per_s_per_gpu"] > 0 and p["usd_per_m_output"] > 0 and p["tokens_per_s_per_user"] > 0
+    assert sweep["pareto"]["sdpa"]  # at least one point on the front
+    prod = data["production"]["continuous"]["sweep"]
+    assert prod["points"] == [] and all("no CUDA graphs on cpu" in x["reason"] for x in prod["not_run"])
+    md = (tmp_path / "o" / "serve.md").read_text()
+    assert "### Concurrency sweep [as-shipped]" in md and "### Concurrency sweep [production]" in md
+    assert main(["serve", "--device", "cpu", "--mode", "decode", "--sweep-concurrency", "2"]) == 2
+    assert "add continuous to --mode" in capsys.readouterr().err

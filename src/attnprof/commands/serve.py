@@ -57,6 +57,9 @@ def register(sub) -> None:
     c.add_argument("--warmup-requests", type=int, default=None,
                    help="first requests counted as the cold part, reported apart from the steady state "
                         "(default: a tenth of the stream, at least 1)")
+    c.add_argument("--sweep-concurrency", default=None, metavar="N,N,...",
+                   help="also serve the same requests closed-loop at each number of requests in flight, per loop and "
+                        "implementation: the throughput-per-GPU vs tokens/s-per-user curve with $/1M output")
     c.add_argument("--slo-ttft-ms", type=float, default=None, help="goodput SLO: time to first token, ms (> 0)")
     c.add_argument("--slo-tpot-ms", type=float, default=None, help="goodput SLO: time per output token, ms (> 0)")
     p.add_argument("--gpu-hour-price", type=float, default=None,

@@ -199,6 +199,14 @@ def _loop_sections(data: dict, loop: str) -> list[str]:
                           f"{said or 'an SLO: none given (--slo-ttft-ms, --slo-tpot-ms)'}):", "",
                       md_table(VLLM_HEAD, vllm)]
             lines += [""] + [_steady_line(r) for r in stream["results"] if r.get("metrics")]
+        sweep = stream.get("sweep")
+        if sweep:
+            lines += ["", f"### Concurrency sweep [{loop}]: throughput per GPU against tokens/s per user", "",
+                      "The same requests served closed-loop (the next one sent as soon as fewer than N are in flight); "
+                      "tokens/s per user = 1000 / TPOT p50; * = on the implementation's Pareto front.", "",
+                      md_table(SWEEP_HEAD, _sweep_rows(sweep))]
+            lines += [f"- not run: {x['impl']} at concurrency {x['concurrency']}: {x['reason']}"
+                      for x in sweep.get("not_run", [])]
         for r in stream["results"]:
             if r.get("failures"):
                 first = r["failures"][0]
@@ -232,6 +240,18 @@ def _vllm_rows(rows: list[dict]) -> list[list]:
                     fmt(t["request_goodput"], ".3g"), fmt(m["max_output_tokens_per_s"], ",.0f"),
                     m["max_concurrent_requests"]])
     return out
+
+
+SWEEP_HEAD = ["impl", "concurrency", "output tok/s per GPU", "tok/s per user", "$/1M output", "TTFT p50 ms",
+              "TPOT p50 ms", "completed / failed"]
+
+
+def _sweep_rows(sweep: dict) -> list[list]:
+    front = sweep.get("pareto", {})
+    return [[p["impl"], f"{p['load']:g}" + (" *" if p["load"] in front.get(p["impl"], []) else ""),
+             fmt(p["output_tokens_per_s_per_gpu"], ",.0f"), fmt(p["tokens_per_s_per_user"], ".3g"),
+             fmt(p["usd_per_m_output"], ".3g"), fmt(p["ttft_p50_ms"], ".3g"), fmt(p["tpot_p50_ms"], ".3g"),
+             f"{p['completed']} / {p['failed']}"] for p in sweep["points"]]
 
 
 def _steady_line(r: dict) -> str:

@@ -217,7 +217,8 @@ def _cb_config(device: str, requests: list[Request], num_blocks: int | None, max
 
 def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed: int = 0, timeout_s: float = 120.0,
                  num_blocks: int | None = None, max_batch_tokens: int | None = None, on_done=None,
-                 loop: str = "as-shipped", attach=None, slo=None, warmup_requests: int | None = None) -> StreamResult:
+                 loop: str = "as-shipped", attach=None, slo=None, warmup_requests: int | None = None,
+                 concurrency: int | None = None) -> StreamResult:
     """Feed `requests` at their arrival times to the model's continuous-batching manager and time every token.
 
     `loop="production"` turns transformers' CUDA graphs on (`use_cuda_graph=True`). `sdpa-<backend>` runs paged sdpa
@@ -261,7 +262,7 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)
         warmup_s = time.perf_counter() - t_warm
-        sent, results, failures = _drive(manager, requests, prompts, timeout_s, on_done)
+        sent, results, failures = _drive(manager, requests, prompts, timeout_s, on_done, concurrency)
     finally:
         if manager is not None:
             manager.stop(block=True, timeout=30, hard_stop=True)
@@ -324,7 +325,7 @@ def _warm(manager, vocab: int, timeout_s: float) -> None:
             pending.discard(out.request_id)
 
 
-def _drive(manager, requests, prompts, timeout_s, on_done):
+def _drive(manager, requests, prompts, timeout_s, on_done, concurrency: int | None = None):
     """Submit each request when its time comes; collect results until all are back, the manager dies, or time runs out."""
     sent: dict[str, tuple[int, float]] = {}  # request id → (index, submit time)
     results: dict[str, object] = {}
@@ -333,7 +334,10 @@ def _drive(manager, requests, prompts, timeout_s, on_done):
     nxt = 0
     while True:
         now = time.perf_counter() - t0
-        while nxt < len(requests) and requests[nxt].arrival_s <= now:
+        # open loop: each request at its arrival time; closed loop (`concurrency`): the next one as soon as fewer
+        # than `concurrency` are in flight (arrival times ignored)
+        while nxt < len(requests) and (requests[nxt].arrival_s <= now if concurrency is None
+                                       else len(sent) - len(results) < concurrency):
             r = requests[nxt]
             submitted = time.perf_counter()
             rid = manager.add_request(prompts[nxt], request_id=f"r{nxt}", max_new_tokens=r.output_tokens,
@@ -352,7 +356,7 @@ def _drive(manager, requests, prompts, timeout_s, on_done):
             for i in range(nxt, len(requests)):
                 failures.append({"request": i, "error": f"never sent: its arrival is past the {timeout_s:g} s limit"})
             break
-        wait = min(0.05, requests[nxt].arrival_s - now) if nxt < len(requests) else 0.05
+        wait = min(0.05, requests[nxt].arrival_s - now) if nxt < len(requests) and concurrency is None else 0.05
         out = manager.get_result(timeout=max(wait, 0.001))
         if out is None:
             if not manager.is_running():

@@ -65,6 +65,8 @@ def make_plan(args, device: str) -> dict:
         if plan["new_tokens"] < 2:
             raise UsageError("--new-tokens must be >= 2 (decode speed is timed between the first and last token)")
         _fits(plan["decode_context"] + plan["new_tokens"], max_pos, model, "--decode-context + --new-tokens")
+    if getattr(args, "sweep_concurrency", None) and "continuous" not in modes:
+        raise UsageError("--sweep-concurrency sweeps the request stream: add continuous to --mode")
     if "continuous" in modes:
         rate = pick("rate")
         if args.rate is not None and not args.rate > 0:
@@ -82,6 +84,9 @@ def make_plan(args, device: str) -> dict:
         if max_pos:
             check_fits(requests, max_pos)
         plan["requests"], plan["rate"] = requests, rate
+        levels = getattr(args, "sweep_concurrency", None)
+        if levels:
+            plan["sweep"] = sorted(set(_ints(levels, "--sweep-concurrency")))
         warm = getattr(args, "warmup_requests", None)
         if warm is not None and not 0 <= warm < len(requests) - 1:
             raise UsageError(f"--warmup-requests {warm} leaves no steady part of a {len(requests)}-request stream "

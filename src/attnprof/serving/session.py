@@ -19,7 +19,8 @@ def steps(plan: dict, impls) -> int:
     points = len(plan.get("context", [])) * len(plan.get("batch", [])) if "prefill" in modes else 0
     loops = len(plan.get("loops", ["as-shipped"]))
     points += loops * len(plan.get("decode_batch", [])) if "decode" in modes else 0
-    return (points + (loops if "continuous" in modes else 0)) * len(impls)
+    streams = loops * (1 + len(plan.get("sweep") or [])) if "continuous" in modes else 0
+    return (points + streams) * len(impls)
 
 
 def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, bool], None] | None = None,
@@ -82,6 +83,10 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
                 if checkpoint is not None:
                     checkpoint(data)
                 progress(f"continuous {impl.name} ({loop})", True)
+            if plan.get("sweep"):
+                where[loop]["continuous"]["sweep"] = _sweep(model, impls, loop, plan, args, device, progress)
+                if checkpoint is not None:
+                    checkpoint(data)
     _price(data, plan["price"])
     if "as-shipped" not in loops:
         data["answer"] = "the as-shipped loop was not asked for (--loop); see the production loop."
@@ -95,7 +100,33 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
     return data
 
 
-def _stream(model, impl, loop: str, reqs, args, device: str, progress, plan_slo=None):
+def _sweep(model, impls, loop: str, plan: dict, args, device: str, progress) -> dict:
+    """The same requests closed-loop at each concurrency, per implementation: `serving.sweep.Sweep` as JSON, plus
+    the rows that could not run with their reasons."""
+    from attnprof.serving.cost import usd_per_million
+    from attnprof.serving.sweep import Sweep, SweepPoint
+
+    points, skipped = [], []
+    for impl in impls:
+        for level in plan["sweep"]:
+            res = _stream(model, impl, loop, plan["requests"], args, device, progress, plan.get("slo"),
+                          concurrency=level)
+            progress(f"sweep {impl.name} ({loop}) concurrency {level}", True)
+            m = res.metrics
+            if res.status != "ok" or not m or not m["completed"]:
+                skipped.append({"impl": impl.name, "concurrency": level, "status": res.status,
+                                "reason": res.reason or (res.failures[0]["error"] if res.failures else "no request "
+                                                         "completed")})
+                continue
+            out_tps = m["throughput"]["output_throughput"]
+            tpot = (m["latency"]["tpot_ms"] or {}).get("p50")
+            ttft = (m["latency"]["ttft_ms"] or {}).get("p50")
+            points.append(SweepPoint(impl.name, level, out_tps, 1e3 / tpot if tpot else None,
+                                     usd_per_million(out_tps, plan["price"]), ttft, tpot, m["completed"], m["failed"]))
+    return {**Sweep("concurrency", 1, plan["price"], tuple(points)).to_json(), "not_run": skipped}
+
+
+def _stream(model, impl, loop: str, reqs, args, device: str, progress, plan_slo=None, concurrency=None):
     """One implementation serving the stream in one loop, through `run.attempt` (a failure is a row)."""
     from attnprof.run import attempt
     from attnprof.serving.continuous import StreamResult, serve_stream
@@ -128,7 +159,7 @@ def _stream(model, impl, loop: str, reqs, args, device: str, progress, plan_slo=
             return serve_stream(model, impl.name, reqs, device=device, seed=args.seed, timeout_s=args.stream_timeout,
                                 num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, on_done=on_done,
                                 loop=loop, attach=attach, slo=plan_slo,
-                                warmup_requests=getattr(args, "warmup_requests", None))
+                                warmup_requests=getattr(args, "warmup_requests", None), concurrency=concurrency)
 
     got = attempt(go, device=device)  # a failure is a row with its reason; the command exits 1 after the report
     return got.value or StreamResult(impl=impl.name, loop=loop, status=got.status.value, reason=got.reason,
