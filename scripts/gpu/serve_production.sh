@@ -25,7 +25,8 @@ print('torch', torch.__version__, 'transformers', transformers.__version__, 'use
 left() { echo $(( $1 - ($(date +%s) - t0) )); }
 
 STREAM=(--requests 40 --rate 32 --prompt-median 384 --prompt-sigma 0.6 --max-prompt 1536 --output-median 64
-        --output-sigma 0.5 --max-output 160 --num-blocks 512 --max-batch-tokens 2048 --stream-timeout 30)
+        --output-sigma 0.5 --max-output 160 --num-blocks 512 --max-batch-tokens 2048 --stream-timeout 30
+        --slo-ttft-ms 2000 --slo-tpot-ms 50)
 
 timeout 80 python3 -m attnprof serve --model llama-1b --dtype bf16 --loop production --mode continuous \
   --impls eager,sdpa,kernel,sdpa-efficient "${STREAM[@]}" --out "$dest" --stem production-cb --json \

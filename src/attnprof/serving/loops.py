@@ -104,13 +104,14 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
     if compile_:  # a fresh compile per row: dynamo does not guard on SDPA's backend flags
         torch._dynamo.reset()
         model.__dict__.pop("_compiled_call", None)
-    with torch.inference_mode():
-        first = call(n2)  # compile + graph capture, cuDNN plans: the cold part
-        call(n2)
-        per_token = []
-        for _ in range(reps):
-            a, b = call(n1), call(n2)
-            per_token.append((b - a) / (n2 - n1))
+    # no inference_mode here: generate runs under no_grad itself, and inference tensors in a static cache that
+    # inductor's CUDA graphs captured are a known source of trouble (the H200 probe's recipe ran without it)
+    first = call(n2)  # compile + graph capture, cuDNN plans: the cold part
+    call(n2)
+    per_token = []
+    for _ in range(reps):
+        a, b = call(n1), call(n2)
+        per_token.append((b - a) / (n2 - n1))
     s = statistics.median(per_token)
     if s <= 0:
         raise CheckFailed(f"decode {impl} production: timing noise, t(N2) <= t(N1); raise --new-tokens")
