@@ -100,7 +100,9 @@ def test_steady_state_is_split_from_the_cold_part(capsys, tmp_path):
     st = r["steady"]
     assert st["warmup"] == "2 requests" and st["cold"]["requests"] == 2 and st["steady_requests"] == 4
     assert st["whole"]["completed"] == 6 and st["steady_throughput"]["duration_s"] > 0
-    assert "cold part apart" in (tmp_path / "o" / "serve.md").read_text()
+    md = (tmp_path / "o" / "serve.md").read_text()
+    assert "cold part apart" in md and "Cold part vs steady state, TPOT p50: sdpa " in md
+    assert "TORCH_CUDNN_SDPA_AVOID_RECOMPILE=" in md
     code = main(TINY + ["--out", str(tmp_path / "p"), "--mode", "continuous", "--requests", "3",
                         "--warmup-requests", "2"])
     assert code == 2 and "--warmup-requests 2 leaves no steady part" in capsys.readouterr().err

@@ -160,4 +160,25 @@ def comparisons(loop: str, decode: list[dict], stream: list[dict]) -> str:
         if said and impl != "eager":
             bits.append(f"continuous batching: {impl} {r['output_tokens_per_s']:.0f} output tok/s, " + ", ".join(said)
                         + " (one stream per implementation: no spread to test)")
-    return f"{loop} loop, gains: " + "; ".join(bits) + "." if bits else ""
+    cold = _cold_vs_steady(stream)
+    text = f"{loop} loop, gains: " + "; ".join(bits) + "." if bits else ""
+    return (text + (" " if text and cold else "") + cold).strip()
+
+
+def _cold_vs_steady(stream: list[dict]) -> str:
+    """Per stream row: the cold part's TPOT p50 against the steady part's — where a once-per-shape cost (graph
+    capture, cuDNN's plan per new KV length) would show; with the TORCH_CUDNN_SDPA_AVOID_RECOMPILE setting in force."""
+    import os
+
+    bits = []
+    for r in stream:
+        st = r.get("steady") or {}
+        c = ((st.get("cold") or {}).get("latency") or {}).get("tpot_ms")
+        w = (st.get("steady_latency") or {}).get("tpot_ms")
+        if c and w and w["p50"] > 0:
+            bits.append(f"{r['impl']} {c['p50']:.3g} vs {w['p50']:.3g} ms ({c['p50'] / w['p50']:.2f}×)")
+    if not bits:
+        return ""
+    env = os.environ.get("TORCH_CUDNN_SDPA_AVOID_RECOMPILE")
+    return ("Cold part vs steady state, TPOT p50: " + ", ".join(bits)
+            + f" (TORCH_CUDNN_SDPA_AVOID_RECOMPILE={env if env is not None else 'unset'}).")
