@@ -145,3 +145,15 @@ def test_concurrency_sweep_draws_the_curve_per_loop(capsys, tmp_path):
     assert "### Concurrency sweep [as-shipped]" in md and "### Concurrency sweep [production]" in md
     assert main(["serve", "--device", "cpu", "--mode", "decode", "--sweep-concurrency", "2"]) == 2
     assert "add continuous to --mode" in capsys.readouterr().err
+
+
+def test_a_pinned_backend_is_judged_on_the_masked_call_it_gets():
+    from attnprof.models import attention
+    from attnprof.serving.loops import on_masked_path
+
+    model = build_model("tiny-llama", attn_implementation="eager")  # 4 query / 2 KV heads: GQA
+    (math,) = attention.resolve_impls("sdpa-math", "cpu")
+    again = on_masked_path(math, model, "cpu")
+    assert again.name == "sdpa-math" and again.rejected is None
+    (eager,) = attention.resolve_impls("eager", "cpu")
+    assert on_masked_path(eager, model, "cpu") is eager

@@ -182,3 +182,23 @@ def _cold_vs_steady(stream: list[dict]) -> str:
     env = os.environ.get("TORCH_CUDNN_SDPA_AVOID_RECOMPILE")
     return ("Cold part vs steady state, TPOT p50: " + ", ".join(bits)
             + f" (TORCH_CUDNN_SDPA_AVOID_RECOMPILE={env if env is not None else 'unset'}).")
+
+
+def on_masked_path(impl, model, device: str):
+    """`impl` as the paths that always pass SDPA a mask see it (continuous batching, the static cache): transformers
+    repeats K/V itself there (no `enable_gqa`), so a pinned SDPA backend is re-checked on that call — refused up front
+    only for what it really refuses there (flash: the mask), not for GQA it never sees."""
+    if not impl.name.startswith("sdpa-"):
+        return impl
+    import dataclasses as dc
+
+    from attnprof.models import attention
+    from attnprof.models.presets import attention_workload
+
+    w = attention_workload(model.config, batch=1, seq=1024, dtype=_dtype_name(model), device=device, mask="pad-left")
+    w = dc.replace(w, kv_heads=w.heads)
+    return attention._pinned(impl.name[5:], device, w)
+
+
+def _dtype_name(model) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(model.dtype, "fp32")

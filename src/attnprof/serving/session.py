@@ -130,9 +130,10 @@ def _stream(model, impl, loop: str, reqs, args, device: str, progress, plan_slo=
     """One implementation serving the stream in one loop, through `run.attempt` (a failure is a row)."""
     from attnprof.run import attempt
     from attnprof.serving.continuous import StreamResult, serve_stream
-    from attnprof.serving.loops import unavailable
+    from attnprof.serving.loops import on_masked_path, unavailable
 
     progress(f"continuous {impl.name} ({loop}): {len(reqs)} requests", False)
+    impl = on_masked_path(impl, model, device)  # CB always passes SDPA a mask: K/V repeated, no GQA
     why = impl.rejected or unavailable(loop, "continuous", device)
     attach = None
     if why is None and impl.name == "kernel":
@@ -170,8 +171,11 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
                   loop: str = "as-shipped"):
     """One prefill or decode measurement through `run.attempt`: a failure is a row with its status and reason."""
     from attnprof.run import attempt
-    from attnprof.serving.loops import measure_static_decode, unavailable
+    from attnprof.serving.loops import measure_static_decode, on_masked_path, unavailable
     from attnprof.serving.throughput import Point, measure_decode, measure_prefill
+
+    if loop == "production":  # the static cache always passes SDPA a mask: K/V repeated, no GQA
+        impl = on_masked_path(impl, model, device)
 
     why = impl.rejected or unavailable(loop, mode, device)
     if why:
