@@ -29,6 +29,7 @@ def test_both_loops_are_named_and_production_says_why_on_cpu(capsys, tmp_path):
     assert [(r["impl"], r["loop"], r["completed"]) for r in shipped] == [
         ("eager", "as-shipped", 2), ("sdpa-math", "as-shipped", 2)]  # pinned SDPA runs paged sdpa now
     assert shipped[1]["ran_as"].endswith("sdpa")
+    assert all(r["resolved"].get("use_cuda_graph") is not True for r in shipped)  # as shipped: no graphs asked
     for r in shipped:  # vLLM's metrics from the loop's timestamps; no request meets a 1e-9 ms TPOT SLO
         m = r["metrics"]
         assert m["completed"] == 2 and m["throughput"]["output_tokens"] == 3 + 2

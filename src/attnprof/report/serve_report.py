@@ -220,7 +220,7 @@ def _loop_sections(data: dict, loop: str) -> list[str]:
 
 
 VLLM_HEAD = ["impl", "completed / failed", "requests/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "ITL", "E2EL",
-             "goodput req/s", "peak output tok/s (1 s)", "peak concurrency"]
+             "goodput req/s", "peak output tok/s (1 s)", "peak concurrency", "CUDA graphs (asked / held)"]
 
 
 def _dist(d: dict | None) -> str:
@@ -238,7 +238,8 @@ def _vllm_rows(rows: list[dict]) -> list[list]:
                     fmt(t["output_throughput"], ",.0f"), fmt(t["total_token_throughput"], ",.0f"),
                     _dist(lat["ttft_ms"]), _dist(lat["tpot_ms"]), _dist(lat["itl_ms"]), _dist(lat["e2el_ms"]),
                     fmt(t["request_goodput"], ".3g"), fmt(m["max_output_tokens_per_s"], ",.0f"),
-                    m["max_concurrent_requests"]])
+                    m["max_concurrent_requests"],
+                    f"{fmt((r.get('resolved') or {}).get('use_cuda_graph'))} / {fmt(r.get('graphs_captured'))}"])
     return out
 
 

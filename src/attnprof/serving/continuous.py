@@ -65,6 +65,10 @@ class StreamResult:
     # steady latency and the steady-window throughput; None with `steady_note` when the stream is too short
     steady: dict | None = None
     steady_note: str | None = None
+    # what the manager resolved (use_cuda_graph, async batching, paddings, cache size) and how many CUDA graphs it
+    # held after the stream (None where this transformers lays them out otherwise): the production loop's evidence
+    resolved: dict = field(default_factory=dict)
+    graphs_captured: int | None = None
 
     @property
     def failed(self) -> int:
@@ -263,6 +267,7 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
             torch.cuda.synchronize(device)
         warmup_s = time.perf_counter() - t_warm
         sent, results, failures = _drive(manager, requests, prompts, timeout_s, on_done, concurrency)
+        resolved, graphs = _resolved(manager), _graphs_captured(manager)
     finally:
         if manager is not None:
             manager.stop(block=True, timeout=30, hard_stop=True)
@@ -274,7 +279,8 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
     res = _summarise(impl, ran_as, requests, sent, results, failures, warmup_s, log.lines)
     lines = timelines(requests, sent, results, res.failures)
     if not lines:
-        return dataclasses.replace(res, loop=loop, steady_note="no per-token timestamps from this transformers")
+        return dataclasses.replace(res, loop=loop, steady_note="no per-token timestamps from this transformers",
+                                   resolved=resolved, graphs_captured=graphs)
     from attnprof.serving.metrics import summarize
     from attnprof.serving.steady import split_warmup
 
@@ -285,7 +291,31 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
     except UsageError as exc:  # too short a stream to have a steady part: said, not raised after the measurement
         note = str(exc)
     return dataclasses.replace(res, loop=loop, metrics=summarize(lines, slo=slo).to_json(), steady=steady,
-                               steady_note=note)
+                               steady_note=note, resolved=resolved, graphs_captured=graphs)
+
+
+def _resolved(manager) -> dict:
+    c = getattr(manager, "continuous_batching_config", None)
+    keys = ("use_cuda_graph", "use_async_batching", "max_blocks_per_request", "q_padding_interval_size",
+            "kv_padding_interval_size", "num_blocks", "max_batch_tokens", "max_requests_per_batch", "block_size",
+            "page_size")
+    out = {}
+    for k in keys:
+        v = getattr(c, k, None)
+        if v is not None:
+            out[k] = v if isinstance(v, (bool, int, float, str)) else str(v)
+    return out
+
+
+def _graphs_captured(manager) -> int | None:
+    """CUDA graphs held by the batch processor (private attributes: None when this version lays them out otherwise)."""
+    try:
+        io = getattr(getattr(manager, "batch_processor", None), "inputs_and_outputs", None)
+        ios = [p.device_io for p in getattr(io, "io_pairs", [])] or [io]
+        stores = [getattr(getattr(x, "graphs", None), "_storage", None) for x in ios]
+    except AttributeError:  # another layout: unknown, said as None
+        return None
+    return sum(len(s) for s in stores) if stores and all(isinstance(s, dict) for s in stores) else None
 
 
 def timelines(requests, sent, results, failures) -> list:
