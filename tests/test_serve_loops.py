@@ -158,3 +158,13 @@ def test_a_pinned_backend_is_judged_on_the_masked_call_it_gets():
     assert again.name == "sdpa-math" and again.rejected is None
     (eager,) = attention.resolve_impls("eager", "cpu")
     assert on_masked_path(eager, model, "cpu") is eager
+
+
+def test_an_unbuildable_config_is_one_line_and_exit_2(capsys, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 30, "num_attention_heads": 7}))
+    code = main(["serve", "--device", "cpu", "--mode", "decode", "--model", str(cfg), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "transformers cannot build this config" in err[0], err
+    assert "hidden size (30) is not a multiple" in err[0]
+    assert not (tmp_path / "o" / "serve.json").exists()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from attnprof.errors import UsageError
+from attnprof.errors import UsageError, first_line
 
 MODES = ("prefill", "decode", "continuous")
 # CPU defaults are tiny on purpose; the GPU ones are the issue's ~1B serving grid.
@@ -46,7 +46,13 @@ def make_plan(args, device: str) -> dict:
         raise UsageError(f"--mode {args.mode!r}: choose from {', '.join(MODES)}")
     price = check_price(DEFAULT_GPU_HOUR_PRICE if args.gpu_hour_price is None else args.gpu_hour_price)
     model = pick("model")
-    config = load_config(model)
+    try:
+        config = load_config(model)
+    except UsageError:
+        raise
+    except Exception as exc:  # transformers' config validators raise their own types (huggingface_hub's strict ones)
+        cause = exc.__cause__ or exc
+        raise UsageError(f"{model}: transformers cannot build this config ({first_line(cause)})") from None
     max_pos = int(getattr(config, "max_position_embeddings", 0) or 0)
     from attnprof.serving.loops import parse_loops
 
