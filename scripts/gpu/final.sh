@@ -10,7 +10,7 @@ timeout 60 python3 benchmarks/watch_overhead.py --model llama-1b --device cuda -
 echo "== overhead at $(( $(date +%s) - t0 ))s"
 timeout 100 python3 -m attnprof audit --device cuda --crosscheck 3 --out "$dest/grid" --json > "$dest/grid.log" 2>&1
 echo "audit grid exit=$? at $(( $(date +%s) - t0 ))s"; grep -E "320 bf16|fp32 causal \|" "$dest/grid/audit.md" | head -3 | cut -c1-400
-timeout 120 python3 -m attnprof serve --model llama-1b --dtype bf16 --impls eager,sdpa,sdpa-flash,sdpa-efficient,kernel \
+timeout 120 python3 -m attnprof serve --loop as-shipped --model llama-1b --dtype bf16 --impls eager,sdpa,sdpa-flash,sdpa-efficient,kernel \
   --mode decode --decode-batch 1 --decode-context 1024 --new-tokens 12 --out "$dest/serve" --stem h200-serve-decode --json > "$dest/serve.log" 2>&1
 echo "serve exit=$? at $(( $(date +%s) - t0 ))s"
 grep -E "^\| (eager|sdpa|kernel)" "$dest/serve/h200-serve-decode.md" | cut -c1-160

@@ -12,7 +12,7 @@ start=$(date +%s)
 # saturated and tokens/s measures capacity), prompts log-normal around 384 tokens, outputs around 64.
 # The paged cache is fixed at 512 blocks of 256 tokens (131k tokens, ~4 GiB of KV for this model) and batches at
 # 2048 tokens for every implementation, so eager's materialised scores have room and the comparison is like for like.
-python3 -m attnprof serve --model llama-1b --dtype bf16 --impls eager,sdpa,sdpa-flash,kernel \
+python3 -m attnprof serve --loop as-shipped --model llama-1b --dtype bf16 --impls eager,sdpa,sdpa-flash,kernel \
   --mode prefill,decode,continuous \
   --batch 1 --context 1024,4096,8192 --reps 5 \
   --decode-batch 1,16,64 --decode-context 1024 --new-tokens 32 \

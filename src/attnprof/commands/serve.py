@@ -24,6 +24,11 @@ def register(sub) -> None:
                    help="attention implementations, comma-separated: eager, sdpa, sdpa-flash|efficient|cudnn|math, "
                         "flex_attention, kernel, or package.module:function (default: eager,sdpa and the stage-four "
                         "kernel when it can run here; keep eager in: it is the baseline)")
+    p.add_argument("--loop", default="as-shipped,production",
+                   help="serving loops, comma-separated: as-shipped (transformers' defaults: dynamic cache, continuous "
+                        "batching without CUDA graphs) and production (static cache + torch.compile reduce-overhead "
+                        "for decode, continuous batching with use_cuda_graph); a loop that cannot run here is a row "
+                        "with the reason (default: both)")
     p.add_argument("--dtype", default=None, help="bf16, fp16, fp32 (default: bf16 on CUDA, fp32 on CPU)")
     g = p.add_argument_group("prefill and decode")
     g.add_argument("--batch", default=None, help="prefill batch sizes, comma-separated")
@@ -49,6 +54,14 @@ def register(sub) -> None:
     c.add_argument("--max-batch-tokens", type=int, default=None, help="tokens per continuous batch "
                                                                       "(default: transformers decides)")
     c.add_argument("--num-blocks", type=int, default=None, help="paged KV cache blocks (default: transformers)")
+    c.add_argument("--warmup-requests", type=int, default=None,
+                   help="first requests counted as the cold part, reported apart from the steady state "
+                        "(default: a tenth of the stream, at least 1)")
+    c.add_argument("--sweep-concurrency", default=None, metavar="N,N,...",
+                   help="also serve the same requests closed-loop at each number of requests in flight, per loop and "
+                        "implementation: the throughput-per-GPU vs tokens/s-per-user curve with $/1M output")
+    c.add_argument("--slo-ttft-ms", type=float, default=None, help="goodput SLO: time to first token, ms (> 0)")
+    c.add_argument("--slo-tpot-ms", type=float, default=None, help="goodput SLO: time per output token, ms (> 0)")
     p.add_argument("--gpu-hour-price", type=float, default=None,
                    help="USD per GPU-hour for the cost columns (default 3.50, an assumed price, not a quote)")
     p.add_argument("--stem", default="serve", help="file name stem in --out: STEM.json, STEM.md, STEM-*.png")
@@ -75,10 +88,17 @@ def run(args: argparse.Namespace) -> int:
     impls = resolve_impls(args.impls, device, config=plan["config"], dtype=plan["dtype"],
                           context=max(plan.get("context") or [plan.get("decode_context") or 1024]))
     folder = out_dir(args, "serve")
+    partial = folder / f"{args.stem}.partial.json"  # the rows so far, named as partial; removed when complete
+
+    def checkpoint(rows: dict) -> None:
+        write_json(partial, {"partial": True, "note": "rows measured so far; the run did not finish", **rows,
+                             "command": "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])})
+
     with progress() as bar:
         task = bar.add_task("serve", total=steps(plan, impls))
         data = serve(plan, impls, device, args, note=lambda text: err.print(f"[dim]{text}[/dim]"),
-                     on_progress=lambda text, advance: bar.update(task, description=text, advance=int(advance)))
+                     on_progress=lambda text, advance: bar.update(task, description=text, advance=int(advance)),
+                     checkpoint=checkpoint)
     data["provenance"] = provenance(device, seed=args.seed)
     data["command"] = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     stem = args.stem
@@ -86,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     data["pictures"] = [p.name for p in pictures]
     write_json(folder / f"{stem}.json", data)
     write_atomic(folder / f"{stem}.md", serve_report.markdown(data))
+    partial.unlink(missing_ok=True)
     serve_report.print_terminal(data)
     err.print(f"report: {folder}/{stem}.json, {stem}.md" + "".join(f", {p.name}" for p in pictures))
     emit_json(args, serve_report.json_line(data, folder))

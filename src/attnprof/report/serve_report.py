@@ -115,7 +115,9 @@ STREAM_HEAD = ["impl", "ran as", "completed", "failed", "output tok/s", "all tok
 def markdown(data: dict) -> str:
     m, prov = data["model"], data["provenance"]
     lines = [f"# Serving {m['name']} on {prov['device']}: attention implementations end to end", "",
-             "**Does the attention gain survive a real serving loop, and what does a token cost?** " + data["answer"],
+             "**Does the attention gain survive a real serving loop, and what does a token cost?** "
+             + ("As-shipped loop: " if data.get("production") else "") + data["answer"]
+             + (f" Production loop: {data['production']['answer']}" if data.get("production") else ""),
              "", f"Command: `{data['command']}`", "",
              f"Model: {m['name']}, {_count(m['params'])} parameters, {m['layers']} layers, {m['heads']} query / "
              f"{m['kv_heads']} KV heads of dim {m['head_dim']}, {m['dtype']}, {m['weights']}.  ",
@@ -125,30 +127,10 @@ def markdown(data: dict) -> str:
     rejected = [i for i in data["impls"] if i["reason"]]
     if rejected:
         lines += ["", "Not run: " + "; ".join(i["reason"] for i in rejected) + "."]
-    for mode, title in (("prefill", "Prefill: one forward over the prompt that fills the KV cache"),
-                        ("decode", "Decode: `generate` with the KV cache, timed from the first to the last new token")):
-        if data[mode]:
-            lines += ["", f"## {title}", "", md_table(static_head(mode), _static_rows(data[mode], mode))]
-    stream = data["continuous"]
-    if stream["stream"]:
-        s = stream["stream"]
-        src = (f"Poisson arrivals at {s['rate_per_s']:g}/s" if s["source"] == "poisson" else f"replayed from "
-               f"{s['source']}")
-        lines += ["", "## Continuous batching: transformers' `init_continuous_batching` (paged KV cache)", "",
-                  f"{s['requests']} requests, {src} over {s['span_s']:.1f} s; prompts p50 {s['prompt_tokens']['p50']}"
-                  f" (max {s['prompt_tokens']['max']}, {s['prompt_tokens']['total']} in all), outputs p50 "
-                  f"{s['output_tokens']['p50']} (max {s['output_tokens']['max']}, {s['output_tokens']['total']} "
-                  f"in all); unfinished after {s['timeout_s']:g} s counts as failed.", "",
-                  md_table(STREAM_HEAD, _stream_rows(stream["results"]))]
-        for r in stream["results"]:
-            if r.get("failures"):
-                first = r["failures"][0]
-                lines += ["", f"{r['impl']}: {r['failed']} of {r['requests']} requests failed; first: request "
-                              f"{first['request']}: {first['error']}"]
-            if r.get("log_errors"):
-                lines += [f"{r['impl']}: transformers logged: " + " / ".join(r["log_errors"][:3])]
-            if r.get("short"):
-                lines += [f"{r['impl']}: {r['short']} requests returned fewer tokens than asked."]
+    if "as-shipped" in data.get("loops", ["as-shipped"]):
+        lines += _loop_sections(data, "as-shipped")
+    if data.get("production"):
+        lines += _loop_sections(data["production"], "production")
     lines += ["", "## How to read this", "",
               "- Tokens are counted from what the model returned (the KV cache length for prefill, the output ids "
               "for decode, each request's generated tokens in continuous batching), never from what was asked.",
@@ -172,6 +154,121 @@ def markdown(data: dict) -> str:
     if data.get("pictures"):
         lines[-1:-1] = [""] + [f"![{p}]({p})" for p in data["pictures"]]
     return "\n".join(lines)
+
+
+LOOP_TITLES = {
+    "as-shipped": "as-shipped loop (transformers' defaults: dynamic cache, continuous batching without CUDA graphs)",
+    "production": "production loop (decode in CUDA graphs: static cache + torch.compile reduce-overhead; continuous "
+                  "batching with use_cuda_graph and its paged cache)",
+}
+
+
+def _loop_sections(data: dict, loop: str) -> list[str]:
+    """The decode/prefill tables and the stream of one loop (`data` is the report or its `production` part)."""
+    lines = ["", f"# The {LOOP_TITLES[loop]}"]
+    if loop == "production" and data.get("answer"):
+        lines += ["", "**Production loop:** " + data["answer"]]
+    for mode, title in (("prefill", "Prefill: one forward over the prompt that fills the KV cache"),
+                        ("decode", "Decode: `generate` with the KV cache, timed from the first to the last new token")):
+        if data.get(mode):
+            if loop == "production":
+                title = ("Decode: `generate` with a static cache + torch.compile(mode=\"reduce-overhead\"), ms/token = "
+                         "(t(N2) − t(N1)) / (N2 − N1) over whole calls, median of 3 pairs")
+            lines += ["", f"## {title} [{loop}]", "", md_table(static_head(mode), _static_rows(data[mode], mode))]
+            colds = [f"{r['impl']} {r['cold_s']:.2f} s" for r in data[mode] if r.get("cold_s") is not None]
+            if colds:
+                lines += ["", "Cold part, reported apart (the first call: compile, CUDA-graph capture, cuDNN plans "
+                              "for the lengths met): " + ", ".join(colds) + "."]
+    stream = data["continuous"]
+    if stream["stream"]:
+        s = stream["stream"]
+        src = (f"Poisson arrivals at {s['rate_per_s']:g}/s" if s["source"] == "poisson" else f"replayed from "
+               f"{s['source']}")
+        lines += ["", f"## Continuous batching: transformers' `init_continuous_batching` (paged KV cache) [{loop}]", "",
+                  f"{s['requests']} requests, {src} over {s['span_s']:.1f} s; prompts p50 {s['prompt_tokens']['p50']}"
+                  f" (max {s['prompt_tokens']['max']}, {s['prompt_tokens']['total']} in all), outputs p50 "
+                  f"{s['output_tokens']['p50']} (max {s['output_tokens']['max']}, {s['output_tokens']['total']} "
+                  f"in all); unfinished after {s['timeout_s']:g} s counts as failed.", "",
+                  md_table(STREAM_HEAD, _stream_rows(stream["results"]))]
+        vllm = _vllm_rows(stream["results"])
+        if vllm:
+            slo = s.get("slo") or {}
+            said = ", ".join(f"{k[:-3].upper()} ≤ {v:g} ms" for k, v in slo.items() if v is not None)
+            lines += ["", f"`vllm bench serve`'s metrics [{loop}] (vLLM's definitions, from the loop's per-token "
+                          f"timestamps; ms as p50 / p90 / p99; goodput = requests/s meeting "
+                          f"{said or 'an SLO: none given (--slo-ttft-ms, --slo-tpot-ms)'}):", "",
+                      md_table(VLLM_HEAD, vllm)]
+            lines += [""] + [_steady_line(r) for r in stream["results"] if r.get("metrics")]
+        sweep = stream.get("sweep")
+        if sweep:
+            lines += ["", f"### Concurrency sweep [{loop}]: throughput per GPU against tokens/s per user", "",
+                      "The same requests served closed-loop (the next one sent as soon as fewer than N are in flight); "
+                      "tokens/s per user = 1000 / TPOT p50; * = on the implementation's Pareto front.", "",
+                      md_table(SWEEP_HEAD, _sweep_rows(sweep))]
+            lines += [f"- not run: {x['impl']} at concurrency {x['concurrency']}: {x['reason']}"
+                      for x in sweep.get("not_run", [])]
+        for r in stream["results"]:
+            if r.get("failures"):
+                first = r["failures"][0]
+                lines += ["", f"{r['impl']}: {r['failed']} of {r['requests']} requests failed; first: request "
+                              f"{first['request']}: {first['error']}"]
+            if r.get("log_errors"):
+                lines += [f"{r['impl']}: transformers logged: " + " / ".join(r["log_errors"][:3])]
+            if r.get("short"):
+                lines += [f"{r['impl']}: {r['short']} requests returned fewer tokens than asked."]
+    return lines
+
+
+VLLM_HEAD = ["impl", "completed / failed", "requests/s", "output tok/s", "total tok/s", "TTFT", "TPOT", "ITL", "E2EL",
+             "goodput req/s", "peak output tok/s (1 s)", "peak concurrency", "CUDA graphs (asked / held)"]
+
+
+def _dist(d: dict | None) -> str:
+    return "–" if not d else f"{d['p50']:.3g} / {d['p90']:.3g} / {d['p99']:.3g}"
+
+
+def _vllm_rows(rows: list[dict]) -> list[list]:
+    out = []
+    for r in rows:
+        m = r.get("metrics")
+        if not m:
+            continue
+        t, lat = m["throughput"], m["latency"]
+        out.append([r["impl"], f"{m['completed']} / {m['failed']}", fmt(t["request_throughput"], ".3g"),
+                    fmt(t["output_throughput"], ",.0f"), fmt(t["total_token_throughput"], ",.0f"),
+                    _dist(lat["ttft_ms"]), _dist(lat["tpot_ms"]), _dist(lat["itl_ms"]), _dist(lat["e2el_ms"]),
+                    fmt(t["request_goodput"], ".3g"), fmt(m["max_output_tokens_per_s"], ",.0f"),
+                    m["max_concurrent_requests"],
+                    f"{fmt((r.get('resolved') or {}).get('use_cuda_graph'))} / {fmt(r.get('graphs_captured'))}"])
+    return out
+
+
+SWEEP_HEAD = ["impl", "concurrency", "output tok/s per GPU", "tok/s per user", "$/1M output", "TTFT p50 ms",
+              "TPOT p50 ms", "completed / failed"]
+
+
+def _sweep_rows(sweep: dict) -> list[list]:
+    front = sweep.get("pareto", {})
+    return [[p["impl"], f"{p['load']:g}" + (" *" if p["load"] in front.get(p["impl"], []) else ""),
+             fmt(p["output_tokens_per_s_per_gpu"], ",.0f"), fmt(p["tokens_per_s_per_user"], ".3g"),
+             fmt(p["usd_per_m_output"], ".3g"), fmt(p["ttft_p50_ms"], ".3g"), fmt(p["tpot_p50_ms"], ".3g"),
+             f"{p['completed']} / {p['failed']}"] for p in sweep["points"]]
+
+
+def _steady_line(r: dict) -> str:
+    """Steady state and the cold part, reported apart (ms as p50 / p90 / p99)."""
+    st = r.get("steady")
+    if not st:
+        return f"- {r['impl']}: no steady part ({r.get('steady_note') or 'not computed'})."
+    lat, thr = st["steady_latency"], st["steady_throughput"]
+    text = (f"- {r['impl']}, steady (after the first {st['warmup']}, window {st['window_s'][1] - st['window_s'][0]:.3g} s):"
+            f" {fmt(thr['output_throughput'], ',.0f')} output tok/s, TTFT {_dist(lat['ttft_ms'])}, TPOT "
+            f"{_dist(lat['tpot_ms'])}")
+    cold = st.get("cold")
+    if cold:
+        c = cold["latency"]
+        text += f"; cold part apart: TTFT {_dist(c['ttft_ms'])}, TPOT {_dist(c['tpot_ms'])}"
+    return text + "."
 
 
 def _plt():
@@ -253,13 +350,32 @@ def print_terminal(data: dict) -> None:
             table.add_row(*[str(c) for c in row])
         out.print(table)
     out.print(data["answer"])
+    prod = data.get("production")
+    if prod:
+        for title, rows, head, make in (("decode [production]", prod["decode"], static_head("decode"),
+                                         lambda rows: _static_rows(rows, "decode")),
+                                        ("continuous batching [production]", prod["continuous"]["results"],
+                                         STREAM_HEAD, _stream_rows)):
+            if rows:
+                table = Table(title=title)
+                for h in head:
+                    table.add_column(h)
+                for row in make(rows):
+                    table.add_row(*[str(c) for c in row])
+                out.print(table)
+        out.print("production loop: " + prod["answer"])
 
 
 def json_line(data: dict, folder) -> dict:
     """The `--json` line: the answer and the headline numbers of every row."""
     static = ("impl", "batch", "context", "status", "tokens_per_s", "attention_share", "gain_over_eager")
     stream = ("impl", "status", "completed", "failed", "output_tokens_per_s", "ttft_ms", "itl_ms", "gain_over_eager")
-    return {"schema": data["schema"], "out": str(folder), "answer": data["answer"],
+    line = {"schema": data["schema"], "out": str(folder), "answer": data["answer"], "loops": data.get("loops"),
             "prefill": [{k: r[k] for k in static} for r in data["prefill"]],
             "decode": [{k: r[k] for k in static} for r in data["decode"]],
             "continuous": [{k: r[k] for k in stream} for r in data["continuous"]["results"]]}
+    prod = data.get("production")
+    if prod:
+        line["production"] = {"answer": prod["answer"], "decode": [{k: r[k] for k in static} for r in prod["decode"]],
+                              "continuous": [{k: r[k] for k in stream} for r in prod["continuous"]["results"]]}
+    return line

@@ -44,6 +44,7 @@ class StreamResult:
 
     impl: str
     status: str = "ok"  # "ok" | "rejected"
+    loop: str = "as-shipped"  # `serving.loops.LOOPS`; production = use_cuda_graph on
     reason: str | None = None
     ran_as: str | None = None  # the attention implementation transformers actually used
     requests: int = 0
@@ -57,6 +58,17 @@ class StreamResult:
     itl_ms: dict[str, float] = field(default_factory=dict)
     short: int = 0  # completed requests that returned fewer tokens than asked
     log_errors: list[str] = field(default_factory=list)
+    # `vllm bench serve`'s numbers for this stream (`serving.metrics.summarize`: TTFT/TPOT/ITL/E2EL mean, p50/p90/p99,
+    # request and token throughput, goodput under the SLO given), from the loop's own per-token timestamps
+    metrics: dict | None = None
+    # the same stream split at its warm-up (`serving.steady.split_warmup`): the cold requests summarised apart, the
+    # steady latency and the steady-window throughput; None with `steady_note` when the stream is too short
+    steady: dict | None = None
+    steady_note: str | None = None
+    # what the manager resolved (use_cuda_graph, async batching, paddings, cache size) and how many CUDA graphs it
+    # held after the stream (None where this transformers lays them out otherwise): the production loop's evidence
+    resolved: dict = field(default_factory=dict)
+    graphs_captured: int | None = None
 
     @property
     def failed(self) -> int:
@@ -185,11 +197,14 @@ class _ErrorLog(logging.Handler):
             self.lines.append(msg[0][:300])
 
 
-def _cb_config(device: str, requests: list[Request], num_blocks: int | None, max_batch_tokens: int | None):
+def _cb_config(device: str, requests: list[Request], num_blocks: int | None, max_batch_tokens: int | None,
+               graphs: bool = False):
     from transformers import ContinuousBatchingConfig
 
     kw: dict = {}
     names = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+    if graphs:  # the production loop; `serving.loops.unavailable` refused it where the option is missing
+        kw["use_cuda_graph"] = True
     if "auto_switch_to_flash" in names:
         kw["auto_switch_to_flash"] = False  # measure the implementation asked for, not a swap
     if device == "cpu":  # size the cache to the stream instead of to the machine's RAM
@@ -205,13 +220,20 @@ def _cb_config(device: str, requests: list[Request], num_blocks: int | None, max
 
 
 def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed: int = 0, timeout_s: float = 120.0,
-                 num_blocks: int | None = None, max_batch_tokens: int | None = None, on_done=None) -> StreamResult:
-    """Feed `requests` at their arrival times to the model's continuous-batching manager and time every token."""
+                 num_blocks: int | None = None, max_batch_tokens: int | None = None, on_done=None,
+                 loop: str = "as-shipped", attach=None, slo=None, warmup_requests: int | None = None,
+                 concurrency: int | None = None) -> StreamResult:
+    """Feed `requests` at their arrival times to the model's continuous-batching manager and time every token.
+
+    `loop="production"` turns transformers' CUDA graphs on (`use_cuda_graph=True`). `sdpa-<backend>` runs paged sdpa
+    (the caller pins the backend: SDPA's flags are process-wide, the generation thread sees them). `attach(model)`
+    puts the model on an implementation registered elsewhere (our kernel, `serving.hub_kernel`) and returns its name.
+    """
     from transformers import GenerationConfig
 
-    name = paged_name(impl)
+    name = "attached" if attach is not None else paged_name("sdpa" if impl.startswith("sdpa-") else impl)
     if name is None:
-        return StreamResult(impl=impl, status="rejected", requests=len(requests),
+        return StreamResult(impl=impl, loop=loop, status="rejected", requests=len(requests),
                             reason=f"transformers' continuous batching has no paged form of {impl!r} (it runs "
                                    f"{', '.join(sorted(_PAGED_NAMES))} and flash attention)")
     original = model.config._attn_implementation
@@ -222,12 +244,14 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
     log = _ErrorLog()
     cb_logger = logging.getLogger("ContinuousBatchingLogger")
     cb_logger.addHandler(log)
-    model.set_attn_implementation(name)
     manager = None
     try:
-        manager = model.init_continuous_batching(generation_config=gen_config,
-                                                 continuous_batching_config=_cb_config(device, requests, num_blocks,
-                                                                                       max_batch_tokens))
+        if attach is not None:
+            attach(model)
+        else:
+            model.set_attn_implementation(name)
+        config = _cb_config(device, requests, num_blocks, max_batch_tokens, graphs=loop == "production")
+        manager = model.init_continuous_batching(generation_config=gen_config, continuous_batching_config=config)
         ran_as = model.config._attn_implementation
         t_warm = time.perf_counter()
         try:
@@ -237,12 +261,13 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
             _warm(manager, model.config.vocab_size, timeout_s)
         except torch.OutOfMemoryError as exc:
             why = f"warm-up ran out of memory: {first_line(exc, typed=False)[:200]}"
-            return StreamResult(impl=impl, ran_as=ran_as, requests=len(requests), log_errors=log.lines[:10],
+            return StreamResult(impl=impl, loop=loop, ran_as=ran_as, requests=len(requests), log_errors=log.lines[:10],
                                 failures=[{"request": i, "error": why} for i in range(len(requests))])
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)
         warmup_s = time.perf_counter() - t_warm
-        sent, results, failures = _drive(manager, requests, prompts, timeout_s, on_done)
+        sent, results, failures = _drive(manager, requests, prompts, timeout_s, on_done, concurrency)
+        resolved, graphs = _resolved(manager), _graphs_captured(manager)
     finally:
         if manager is not None:
             manager.stop(block=True, timeout=30, hard_stop=True)
@@ -251,7 +276,71 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
         model.set_attn_implementation(original)
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
-    return _summarise(impl, ran_as, requests, sent, results, failures, warmup_s, log.lines)
+    res = _summarise(impl, ran_as, requests, sent, results, failures, warmup_s, log.lines)
+    lines = timelines(requests, sent, results, res.failures)
+    if not lines:
+        return dataclasses.replace(res, loop=loop, steady_note="no per-token timestamps from this transformers",
+                                   resolved=resolved, graphs_captured=graphs)
+    from attnprof.serving.metrics import summarize
+    from attnprof.serving.steady import split_warmup
+
+    steady, note = None, None
+    cold = max(1, len(requests) // 10) if warmup_requests is None else warmup_requests
+    try:
+        steady = split_warmup(lines, warmup_requests=cold, slo=slo).to_json()
+    except UsageError as exc:  # too short a stream to have a steady part: said, not raised after the measurement
+        note = str(exc)
+    return dataclasses.replace(res, loop=loop, metrics=summarize(lines, slo=slo).to_json(), steady=steady,
+                               steady_note=note, resolved=resolved, graphs_captured=graphs)
+
+
+def _resolved(manager) -> dict:
+    c = getattr(manager, "continuous_batching_config", None)
+    keys = ("use_cuda_graph", "use_async_batching", "max_blocks_per_request", "q_padding_interval_size",
+            "kv_padding_interval_size", "num_blocks", "max_batch_tokens", "max_requests_per_batch", "block_size",
+            "page_size")
+    out = {}
+    for k in keys:
+        v = getattr(c, k, None)
+        if v is not None:
+            out[k] = v if isinstance(v, (bool, int, float, str)) else str(v)
+    return out
+
+
+def _graphs_captured(manager) -> int | None:
+    """CUDA graphs held by the batch processor (private attributes: None when this version lays them out otherwise)."""
+    try:
+        io = getattr(getattr(manager, "batch_processor", None), "inputs_and_outputs", None)
+        ios = [p.device_io for p in getattr(io, "io_pairs", [])] or [io]
+        stores = [getattr(getattr(x, "graphs", None), "_storage", None) for x in ios]
+    except AttributeError:  # another layout: unknown, said as None
+        return None
+    return sum(len(s) for s in stores) if stores and all(isinstance(s, dict) for s in stores) else None
+
+
+def timelines(requests, sent, results, failures) -> list:
+    """Every request as a `serving.metrics.RequestTimeline` (a failure keeps its reason); [] without timestamps."""
+    from attnprof.serving.metrics import RequestTimeline
+
+    lines, seen = [], set()
+    known = [t for _, t in sent.values()]
+    for rid, (i, submitted) in sent.items():
+        out = results.get(rid)
+        if out is None or out.error is not None:
+            continue
+        stamps = tuple(list(out.timestamps or [])[:len(out.generated_tokens)])
+        if not stamps:
+            return []  # this transformers did not record per-token times: no latency to report
+        lines.append(RequestTimeline(i, len(out.prompt_ids), submitted, stamps))
+        seen.add(i)
+    sent_at = {i: t for i, t in sent.values()}
+    last = max(known) if known else 0.0
+    for f in failures:
+        if f["request"] not in seen:
+            t = sent_at.get(f["request"], last)
+            lines.append(RequestTimeline(f["request"], requests[f["request"]].prompt_tokens, t, error=f["error"],
+                                         ended_s=t))
+    return lines
 
 
 def _warm(manager, vocab: int, timeout_s: float) -> None:
@@ -266,7 +355,7 @@ def _warm(manager, vocab: int, timeout_s: float) -> None:
             pending.discard(out.request_id)
 
 
-def _drive(manager, requests, prompts, timeout_s, on_done):
+def _drive(manager, requests, prompts, timeout_s, on_done, concurrency: int | None = None):
     """Submit each request when its time comes; collect results until all are back, the manager dies, or time runs out."""
     sent: dict[str, tuple[int, float]] = {}  # request id → (index, submit time)
     results: dict[str, object] = {}
@@ -275,7 +364,10 @@ def _drive(manager, requests, prompts, timeout_s, on_done):
     nxt = 0
     while True:
         now = time.perf_counter() - t0
-        while nxt < len(requests) and requests[nxt].arrival_s <= now:
+        # open loop: each request at its arrival time; closed loop (`concurrency`): the next one as soon as fewer
+        # than `concurrency` are in flight (arrival times ignored)
+        while nxt < len(requests) and (requests[nxt].arrival_s <= now if concurrency is None
+                                       else len(sent) - len(results) < concurrency):
             r = requests[nxt]
             submitted = time.perf_counter()
             rid = manager.add_request(prompts[nxt], request_id=f"r{nxt}", max_new_tokens=r.output_tokens,
@@ -294,7 +386,7 @@ def _drive(manager, requests, prompts, timeout_s, on_done):
             for i in range(nxt, len(requests)):
                 failures.append({"request": i, "error": f"never sent: its arrival is past the {timeout_s:g} s limit"})
             break
-        wait = min(0.05, requests[nxt].arrival_s - now) if nxt < len(requests) else 0.05
+        wait = min(0.05, requests[nxt].arrival_s - now) if nxt < len(requests) and concurrency is None else 0.05
         out = manager.get_result(timeout=max(wait, 0.001))
         if out is None:
             if not manager.is_running():

@@ -7,7 +7,9 @@ and its config, dtype, price, the prefill and decode grids, and the request stre
 
 from __future__ import annotations
 
-from attnprof.errors import UsageError
+import dataclasses
+
+from attnprof.errors import UsageError, first_line
 
 MODES = ("prefill", "decode", "continuous")
 # CPU defaults are tiny on purpose; the GPU ones are the issue's ~1B serving grid.
@@ -44,9 +46,18 @@ def make_plan(args, device: str) -> dict:
         raise UsageError(f"--mode {args.mode!r}: choose from {', '.join(MODES)}")
     price = check_price(DEFAULT_GPU_HOUR_PRICE if args.gpu_hour_price is None else args.gpu_hour_price)
     model = pick("model")
-    config = load_config(model)
+    try:
+        config = load_config(model)
+    except UsageError:
+        raise
+    except Exception as exc:  # transformers' config validators raise their own types (huggingface_hub's strict ones)
+        cause = exc.__cause__ or exc
+        raise UsageError(f"{model}: transformers cannot build this config ({first_line(cause)})") from None
     max_pos = int(getattr(config, "max_position_embeddings", 0) or 0)
-    plan = dict(modes=modes, model=model, config=config, dtype=dtype_name(pick("dtype")), price=price,
+    from attnprof.serving.loops import parse_loops
+
+    loops = parse_loops(getattr(args, "loop", None) or "as-shipped,production")
+    plan = dict(modes=modes, loops=loops, model=model, config=config, dtype=dtype_name(pick("dtype")), price=price,
                 price_is_default=args.gpu_hour_price is None, max_positions=max_pos)
     if args.reps < 1:
         raise UsageError(f"--reps must be >= 1, got {args.reps}")
@@ -60,6 +71,8 @@ def make_plan(args, device: str) -> dict:
         if plan["new_tokens"] < 2:
             raise UsageError("--new-tokens must be >= 2 (decode speed is timed between the first and last token)")
         _fits(plan["decode_context"] + plan["new_tokens"], max_pos, model, "--decode-context + --new-tokens")
+    if getattr(args, "sweep_concurrency", None) and "continuous" not in modes:
+        raise UsageError("--sweep-concurrency sweeps the request stream: add continuous to --mode")
     if "continuous" in modes:
         rate = pick("rate")
         if args.rate is not None and not args.rate > 0:
@@ -77,6 +90,18 @@ def make_plan(args, device: str) -> dict:
         if max_pos:
             check_fits(requests, max_pos)
         plan["requests"], plan["rate"] = requests, rate
+        levels = getattr(args, "sweep_concurrency", None)
+        if levels:
+            plan["sweep"] = sorted(set(_ints(levels, "--sweep-concurrency")))
+        warm = getattr(args, "warmup_requests", None)
+        if warm is not None and not 0 <= warm < len(requests) - 1:
+            raise UsageError(f"--warmup-requests {warm} leaves no steady part of a {len(requests)}-request stream "
+                             f"(give 0 … {max(0, len(requests) - 2)})")
+        slo = {k: getattr(args, f"slo_{k}", None) for k in ("ttft_ms", "tpot_ms")}
+        if any(v is not None for v in slo.values()):
+            from attnprof.serving.metrics import Slo
+
+            plan["slo"] = Slo(**slo)  # each > 0, else a UsageError naming the flag
     return plan
 
 
@@ -96,4 +121,5 @@ def stream_json(plan: dict, args) -> dict:
             "output_tokens": {"total": sum(outs), "p50": outs[len(outs) // 2], "max": outs[-1]},
             "prompt_sigma": args.prompt_sigma, "output_sigma": args.output_sigma,
             "max_batch_tokens": args.max_batch_tokens, "num_blocks": args.num_blocks,
-            "timeout_s": args.stream_timeout}
+            "timeout_s": args.stream_timeout,
+            "slo": dataclasses.asdict(plan["slo"]) if plan.get("slo") else None}

@@ -17,17 +17,18 @@ def steps(plan: dict, impls) -> int:
     """How many progress steps `serve` reports: one per point and per stream."""
     modes = plan["modes"]
     points = len(plan.get("context", [])) * len(plan.get("batch", [])) if "prefill" in modes else 0
-    points += len(plan.get("decode_batch", [])) if "decode" in modes else 0
-    return (points + (1 if "continuous" in modes else 0)) * len(impls)
+    loops = len(plan.get("loops", ["as-shipped"]))
+    points += loops * len(plan.get("decode_batch", [])) if "decode" in modes else 0
+    streams = loops * (1 + len(plan.get("sweep") or [])) if "continuous" in modes else 0
+    return (points + streams) * len(impls)
 
 
 def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, bool], None] | None = None,
-          note: Callable[[str], None] | None = None) -> dict:
+          note: Callable[[str], None] | None = None, checkpoint: Callable[[dict], None] | None = None) -> dict:
     """Measure every mode of `plan` for every implementation; price it. `on_progress(description, advance)` reports
-    each step, `note(text)` says what is being built (see the module docstring)."""
+    each step, `note(text)` says what is being built, `checkpoint(data)` gets the rows so far after each row (see
+    the module docstring)."""
     from attnprof.models import attention_workload, build_model
-    from attnprof.run import attempt
-    from attnprof.serving.continuous import StreamResult, serve_stream
 
     progress = on_progress or (lambda description, advance: None)
     modes = plan["modes"]
@@ -52,52 +53,141 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
             "impls": [{"name": i.name, "attn_implementation": i.attn_implementation, "reason": i.rejected}
                       for i in impls],
             "prefill": [], "decode": [], "continuous": {"stream": None, "results": []}}
+    loops = plan.get("loops", ["as-shipped"])
+    data["loops"] = loops
+    if "production" in loops:
+        data["production"] = {"decode": [], "continuous": {"stream": None, "results": []}}
+    where = {"as-shipped": data, "production": data.get("production")}
     for impl in impls:
         for mode in ("prefill", "decode"):
             if mode not in modes:
                 continue
-            for batch, context in cells[mode]:
-                progress(f"{mode} {impl.name} batch {batch} context {context}", False)
-                point = _static_point(model, impl, mode, batch, context, plan, args, device)
-                data[mode].append(point.to_json())
-                progress(f"{mode} {impl.name} batch {batch} context {context}", True)
+            for loop in (loops if mode == "decode" else ["as-shipped"]):
+                if where[loop] is None or (mode == "prefill" and "as-shipped" not in loops):
+                    continue
+                for batch, context in cells[mode]:
+                    label = f"{mode} {impl.name} ({loop}) batch {batch} context {context}"
+                    progress(label, False)
+                    point = _static_point(model, impl, mode, batch, context, plan, args, device, loop)
+                    where[loop][mode].append(point.to_json())
+                    if checkpoint is not None:
+                        checkpoint(data)
+                    progress(label, True)
     if "continuous" in modes:
         reqs = plan["requests"]
-        data["continuous"]["stream"] = stream_json(plan, args)
-        for impl in impls:
-            progress(f"continuous {impl.name}: {len(reqs)} requests", False)
-            if impl.rejected:
-                res = StreamResult(impl=impl.name, status="rejected", reason=impl.rejected, requests=len(reqs))
-            else:
-                done = [0]
-
-                def on_done(name=impl.name, done=done):
-                    done[0] += 1
-                    progress(f"continuous {name}: {done[0]}/{len(reqs)} requests done", False)
-
-                got = attempt(lambda impl=impl, on_done=on_done: serve_stream(
-                    model, impl.name, reqs, device=device, seed=args.seed, timeout_s=args.stream_timeout,
-                    num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, on_done=on_done),
-                    device=device)  # a failure is a row with its reason; the command exits 1 after the report
-                res = got.value or StreamResult(impl=impl.name, status=got.status.value, reason=got.reason,
-                                                requests=len(reqs))
-            data["continuous"]["results"].append(res.to_json())
-            progress(f"continuous {impl.name}", True)
+        for loop in loops:
+            where[loop]["continuous"]["stream"] = stream_json(plan, args)
+            for impl in impls:
+                res = _stream(model, impl, loop, reqs, args, device, progress, plan.get("slo"))
+                where[loop]["continuous"]["results"].append(res.to_json())
+                if checkpoint is not None:
+                    checkpoint(data)
+                progress(f"continuous {impl.name} ({loop})", True)
+            if plan.get("sweep"):
+                where[loop]["continuous"]["sweep"] = _sweep(model, impls, loop, plan, args, device, progress)
+                if checkpoint is not None:
+                    checkpoint(data)
     _price(data, plan["price"])
+    if "as-shipped" not in loops:
+        data["answer"] = "the as-shipped loop was not asked for (--loop); see the production loop."
+    if "production" in loops:
+        prod = data["production"]
+        _price(prod, plan["price"], "production")
+        if not prod["answer"]:  # nothing of this loop ran: say why, never leave it blank
+            rows = prod["decode"] + prod["continuous"]["results"]
+            why = list(dict.fromkeys(r["reason"] for r in rows if r.get("reason")))
+            prod["answer"] = "not measured: " + ("; ".join(why) if why else "no mode of this loop was asked for")
     return data
 
 
-def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, args, device: str):
+def _sweep(model, impls, loop: str, plan: dict, args, device: str, progress) -> dict:
+    """The same requests closed-loop at each concurrency, per implementation: `serving.sweep.Sweep` as JSON, plus
+    the rows that could not run with their reasons."""
+    from attnprof.serving.cost import usd_per_million
+    from attnprof.serving.sweep import Sweep, SweepPoint
+
+    points, skipped = [], []
+    for impl in impls:
+        for level in plan["sweep"]:
+            res = _stream(model, impl, loop, plan["requests"], args, device, progress, plan.get("slo"),
+                          concurrency=level)
+            progress(f"sweep {impl.name} ({loop}) concurrency {level}", True)
+            m = res.metrics
+            if res.status != "ok" or not m or not m["completed"]:
+                skipped.append({"impl": impl.name, "concurrency": level, "status": res.status,
+                                "reason": res.reason or (res.failures[0]["error"] if res.failures else "no request "
+                                                         "completed")})
+                continue
+            out_tps = m["throughput"]["output_throughput"]
+            tpot = (m["latency"]["tpot_ms"] or {}).get("p50")
+            ttft = (m["latency"]["ttft_ms"] or {}).get("p50")
+            points.append(SweepPoint(impl.name, level, out_tps, 1e3 / tpot if tpot else None,
+                                     usd_per_million(out_tps, plan["price"]), ttft, tpot, m["completed"], m["failed"]))
+    return {**Sweep("concurrency", 1, plan["price"], tuple(points)).to_json(), "not_run": skipped}
+
+
+def _stream(model, impl, loop: str, reqs, args, device: str, progress, plan_slo=None, concurrency=None):
+    """One implementation serving the stream in one loop, through `run.attempt` (a failure is a row)."""
+    from attnprof.run import attempt
+    from attnprof.serving.continuous import StreamResult, serve_stream
+    from attnprof.serving.loops import on_masked_path, unavailable
+
+    progress(f"continuous {impl.name} ({loop}): {len(reqs)} requests", False)
+    impl = on_masked_path(impl, model, device)  # CB always passes SDPA a mask: K/V repeated, no GQA
+    why = impl.rejected or unavailable(loop, "continuous", device)
+    attach = None
+    if why is None and impl.name == "kernel":
+        from attnprof.serving.hub_kernel import hub_attention
+
+        hub = hub_attention()
+        why = hub.rejected
+        attach = lambda m, hub=hub: hub.apply(m, paged=True)  # noqa: E731
+    if why:
+        return StreamResult(impl=impl.name, loop=loop, status="rejected", reason=why, requests=len(reqs))
+    done = [0]
+
+    def on_done():
+        done[0] += 1
+        progress(f"continuous {impl.name} ({loop}): {done[0]}/{len(reqs)} requests done", False)
+
+    def go():
+        if loop == "production" and device.startswith("cuda"):  # drop compiled generate's graphs and their pool
+            import torch
+
+            torch._dynamo.reset()
+            model.__dict__.pop("_compiled_call", None)
+        with impl.context():  # sdpa-<backend>: SDPA's flags are process-wide, the generation thread sees them
+            return serve_stream(model, impl.name, reqs, device=device, seed=args.seed, timeout_s=args.stream_timeout,
+                                num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, on_done=on_done,
+                                loop=loop, attach=attach, slo=plan_slo,
+                                warmup_requests=getattr(args, "warmup_requests", None), concurrency=concurrency)
+
+    got = attempt(go, device=device)  # a failure is a row with its reason; the command exits 1 after the report
+    return got.value or StreamResult(impl=impl.name, loop=loop, status=got.status.value, reason=got.reason,
+                                     requests=len(reqs))
+
+
+def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, args, device: str,
+                  loop: str = "as-shipped"):
     """One prefill or decode measurement through `run.attempt`: a failure is a row with its status and reason."""
     from attnprof.run import attempt
+    from attnprof.serving.loops import measure_static_decode, on_masked_path, unavailable
     from attnprof.serving.throughput import Point, measure_decode, measure_prefill
 
-    if impl.rejected:
-        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=impl.rejected)
+    if loop == "production":  # the static cache always passes SDPA a mask: K/V repeated, no GQA
+        impl = on_masked_path(impl, model, device)
+
+    why = impl.rejected or unavailable(loop, mode, device)
+    if why:
+        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=why,
+                     loop=loop)
 
     def measure():
         model.set_attn_implementation(impl.attn_implementation)
         with impl.context():
+            if loop == "production":
+                return measure_static_decode(model, impl.name, batch=batch, context=context,
+                                             new_tokens=plan["new_tokens"], device=device, seed=args.seed)
             if mode == "prefill":
                 return measure_prefill(model, impl.name, batch=batch, context=context, device=device, seed=args.seed,
                                        reps=args.reps, share=not args.no_share)
@@ -108,23 +198,35 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
     if got.value is not None:
         return got.value
     return Point(impl=impl.name, mode=mode, batch=batch, context=context, status=got.status.value, reason=got.reason,
-                 new_tokens=plan.get("new_tokens", 0) if mode == "decode" else 0)
+                 new_tokens=plan.get("new_tokens", 0) if mode == "decode" else 0, loop=loop)
 
 
-def _price(data: dict, price: float) -> None:
-    """$ per 1M tokens and the gain over eager on every row, then the answer (`serving.cost`)."""
+def _price(data: dict, price: float, loop: str = "as-shipped") -> None:
+    """$ per 1M tokens and the gain over eager on every row, then the answer (`serving.cost`) with each
+    implementation's gain over eager and over sdpa in this loop (`serving.loops.comparisons`)."""
     from attnprof.serving.cost import annotate_static, annotate_stream, answer
+    from attnprof.serving.loops import comparisons
 
-    annotate_static(data["prefill"], "prefill", price)
+    prefill = data.get("prefill", [])
+    annotate_static(prefill, "prefill", price)
     annotate_static(data["decode"], "decode", price)
     annotate_stream(data["continuous"]["results"], price)
     stream = data["continuous"]["stream"]
-    data["answer"] = answer(data["prefill"], data["decode"], data["continuous"]["results"], price,
+    data["answer"] = answer(prefill, data["decode"], data["continuous"]["results"], price,
                             span_s=stream["span_s"] if stream else None)
+    extra = comparisons(loop, data["decode"], data["continuous"]["results"])
+    if extra:
+        data["answer"] = (data["answer"] + " " + extra).strip()
 
 
 def errors(data: dict) -> list[str]:
     """`impl mode: reason` for every row that ended in an error (the command exits 1 on any)."""
-    out = [f"{r['impl']} {m}: {r['reason']}" for m in ("prefill", "decode") for r in data[m] if r["status"] == "error"]
-    out += [f"{r['impl']} continuous: {r['reason']}" for r in data["continuous"]["results"] if r["status"] == "error"]
+    out = []
+    for loop, d in (("", data), (" (production)", data.get("production"))):
+        if d is None:
+            continue
+        out += [f"{r['impl']} {m}{loop}: {r['reason']}" for m in ("prefill", "decode") for r in d.get(m, [])
+                if r["status"] == "error"]
+        out += [f"{r['impl']} continuous{loop}: {r['reason']}" for r in d["continuous"]["results"]
+                if r["status"] == "error"]
     return out

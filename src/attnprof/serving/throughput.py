@@ -51,6 +51,8 @@ class Point:
     cold_share: Share | None = None
     cold_context: int | None = None
     peak_mib: float | None = None
+    loop: str = "as-shipped"  # `serving.loops.LOOPS`
+    cold_s: float | None = None  # production: the first call (compile, graph capture) in seconds
 
     @property
     def tokens_per_s(self) -> float:
@@ -66,13 +68,13 @@ class Point:
         return min(1.0, self.share.attention_ms / whole) if whole > 0 else None
 
     def to_json(self) -> dict:
-        return {"impl": self.impl, "mode": self.mode, "batch": self.batch, "context": self.context,
+        return {"impl": self.impl, "loop": self.loop, "mode": self.mode, "batch": self.batch, "context": self.context,
                 "status": self.status, "reason": self.reason, "new_tokens": self.new_tokens, "tokens": self.tokens,
                 "seconds": self.seconds, "tokens_per_s": self.tokens_per_s, "step_ms": self.step_ms,
                 "itl_ms": self.itl_ms, "itl_repeat_ms": self.itl_repeat_ms, "attention_share": self.attention_share,
                 "share": self.share.to_json() if self.share else None,
                 "cold_share": self.cold_share.to_json() if self.cold_share else None,
-                "cold_context": self.cold_context, "peak_mib": self.peak_mib}
+                "cold_context": self.cold_context, "peak_mib": self.peak_mib, "cold_s": self.cold_s}
 
 
 def amdahl(share_base: float, attention_base_ms: float, attention_new_ms: float) -> float:

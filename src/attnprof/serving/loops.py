@@ -1,0 +1,204 @@
+"""The two serving loops `attnprof serve` measures, as data: **as-shipped** and **production**.
+
+- `as-shipped`: what a default transformers user gets — `generate` with the dynamic cache, continuous batching
+  (`init_continuous_batching`) with its defaults (no CUDA graphs for eager/sdpa: they need a mask).
+- `production`: decode captured in CUDA graphs, the way vLLM/SGLang/transformers' own serving run it — `generate`
+  with `cache_implementation="static"` and `CompileConfig(mode="reduce-overhead")` (inductor's CUDA graphs), and
+  continuous batching with `ContinuousBatchingConfig(use_cuda_graph=True)` and its paged cache.
+
+Every row carries its loop's name. A loop that cannot run here is a row with the reason (`unavailable`), never the
+other loop under its name: CUDA graphs need a CUDA device ("no CUDA graphs on cpu"); a transformers without
+`CompileConfig` or `use_cuda_graph` says which option it lacks.
+
+Production decode is timed as `(t(N2) − t(N1)) / (N2 − N1)` over whole `generate` calls (the compiled loop streams
+tokens a step late, so a streamer's gaps are not its step time), median of `reps` pairs after two warm calls that
+compile and capture; the first call's seconds are reported apart (the cold part).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import torch
+
+LOOPS = ("as-shipped", "production")
+
+
+def parse_loops(text: str) -> list[str]:
+    from attnprof.errors import UsageError
+
+    loops = [x.strip() for x in str(text).split(",") if x.strip()]
+    bad = [x for x in loops if x not in LOOPS]
+    if bad or not loops:
+        raise UsageError(f"--loop {text!r}: choose from {', '.join(LOOPS)} (comma-separated)")
+    return list(dict.fromkeys(loops))
+
+
+def unavailable(loop: str, mode: str, device: str) -> str | None:
+    """Why `loop` cannot run `mode` here (None when it can)."""
+    if loop != "production":
+        return None
+    if not device.startswith("cuda"):
+        return ("no CUDA graphs on cpu: the production loop captures decode in CUDA graphs (static cache + "
+                "torch.compile reduce-overhead, continuous batching use_cuda_graph); run it on a GPU")
+    import transformers
+
+    if mode == "decode":
+        try:
+            from transformers import CompileConfig  # noqa: F401
+        except ImportError:
+            return f"transformers {transformers.__version__} has no CompileConfig (static cache + compile)"
+    if mode == "continuous":
+        from transformers import ContinuousBatchingConfig
+
+        if "use_cuda_graph" not in {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}:
+            return (f"transformers {transformers.__version__}'s ContinuousBatchingConfig has no use_cuda_graph: "
+                    "continuous batching cannot capture CUDA graphs here")
+    return None
+
+
+def _generation_config(new: int, max_len: int, compile_: bool):
+    from transformers import GenerationConfig
+
+    kw = dict(do_sample=False, max_new_tokens=new, min_new_tokens=new, eos_token_id=None, pad_token_id=0,
+              cache_implementation="static", max_cache_len=max_len)  # one KV length for every call
+    if compile_:
+        from transformers import CompileConfig
+
+        kw["compile_config"] = CompileConfig(mode="reduce-overhead")
+    else:
+        kw["disable_compile"] = True  # static cache alone (the CPU plumbing test; a GPU would compile by itself)
+    return GenerationConfig(**kw)
+
+
+def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tokens: int, device: str,
+                          seed: int = 0, reps: int = 3, compile_: bool = True):
+    """The production `generate`: static cache (+ compile reduce-overhead); ms/token from whole calls (see above)."""
+    from attnprof.errors import CheckFailed
+    from attnprof.serving.throughput import Point, _prompt
+
+    n2 = new_tokens
+    n1 = max(2, n2 // 4)
+    if n2 - n1 < 1:
+        raise CheckFailed(f"decode {impl} production: --new-tokens {n2} is too few to time (needs >= 3)")
+    ids = _prompt(model.config, batch, context, device, seed)  # [B, S]
+    max_len = context + n2 + 8
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+
+    def call(new: int) -> float:
+        sync()
+        t = time.perf_counter()
+        out = model.generate(ids, attention_mask=torch.ones_like(ids),
+                             generation_config=_generation_config(new, max_len, compile_))
+        sync()
+        if tuple(out.shape) != (batch, context + new):
+            raise CheckFailed(f"decode {impl} production: asked for {new} new tokens per row, got "
+                              f"{out.shape[1] - context}")
+        return time.perf_counter() - t
+
+    if compile_:  # a fresh compile per row: dynamo does not guard on SDPA's backend flags
+        torch._dynamo.reset()
+        model.__dict__.pop("_compiled_call", None)
+    # no inference_mode here: generate runs under no_grad itself, and inference tensors in a static cache that
+    # inductor's CUDA graphs captured are a known source of trouble (the H200 probe's recipe ran without it)
+    first = call(n2)  # compile + graph capture, cuDNN plans: the cold part
+    call(n2)
+    per_token = []
+    for _ in range(reps):
+        a, b = call(n1), call(n2)
+        per_token.append((b - a) / (n2 - n1))
+    s = statistics.median(per_token)
+    if s <= 0:
+        raise CheckFailed(f"decode {impl} production: timing noise, t(N2) <= t(N1); raise --new-tokens")
+    ms = s * 1e3
+    tokens = batch * (n2 - n1)
+    return Point(impl=impl, mode="decode", batch=batch, context=context, new_tokens=n2, tokens=tokens,
+                 seconds=s * (n2 - n1), step_ms=ms,
+                 itl_ms={"p50": ms, "p99": max(per_token) * 1e3, "min": min(per_token) * 1e3,
+                         "max": max(per_token) * 1e3},
+                 itl_repeat_ms={}, cold_s=first, loop="production")
+
+
+def _gain_range(base: dict, row: dict) -> tuple[float, float] | None:
+    """(lowest, highest) speed-up of `row` over `base` from their per-rep ms/token spread (production decode)."""
+    b, r = base.get("itl_ms") or {}, row.get("itl_ms") or {}
+    if not all(k in d and d[k] > 0 for d in (b, r) for k in ("min", "max")):
+        return None
+    return b["min"] / r["max"], b["max"] / r["min"]
+
+
+def comparisons(loop: str, decode: list[dict], stream: list[dict]) -> str:
+    """Per loop: each implementation's gain over eager and over sdpa, computed from the rows; a decode gain whose
+    rep spread overlaps 1.0× is called inconclusive."""
+    bits = []
+    for batch in sorted({r["batch"] for r in decode if r["status"] == "ok"}):
+        rows = {r["impl"]: r for r in decode if r["status"] == "ok" and r["batch"] == batch}
+        for impl, r in rows.items():
+            if impl == "eager":
+                continue
+            said = []
+            for base in ("eager", "sdpa"):
+                b = rows.get(base)
+                if b is None or base == impl or not b["tokens_per_s"]:
+                    continue
+                g = r["tokens_per_s"] / b["tokens_per_s"]
+                span = _gain_range(b, r)
+                verdict = " (inconclusive: the reps' spread overlaps 1.0×)" if span and span[0] <= 1.0 <= span[1] \
+                    else ""
+                said.append(f"{g:.2f}× {base}" + (f" [{span[0]:.2f}–{span[1]:.2f}]" if span else "") + verdict)
+            if said:
+                bits.append(f"decode batch {batch}: {impl} {r['step_ms']:.3g} ms/token, " + ", ".join(said))
+    ok = {r["impl"]: r for r in stream if r["status"] == "ok" and r.get("completed")}
+    for impl, r in ok.items():
+        said = [f"{r['output_tokens_per_s'] / ok[b]['output_tokens_per_s']:.2f}× {b}" for b in ("eager", "sdpa")
+                if b in ok and b != impl and ok[b]["output_tokens_per_s"]]
+        if said and impl != "eager":
+            bits.append(f"continuous batching: {impl} {r['output_tokens_per_s']:.0f} output tok/s, " + ", ".join(said)
+                        + " (one stream per implementation: no spread to test)")
+    cold = _cold_vs_steady(stream)
+    text = f"{loop} loop, gains: " + "; ".join(bits) + "." if bits else ""
+    return (text + (" " if text and cold else "") + cold).strip()
+
+
+def _cold_vs_steady(stream: list[dict]) -> str:
+    """Per stream row: the cold part's TPOT p50 against the steady part's — where a once-per-shape cost (graph
+    capture, cuDNN's plan per new KV length) would show; with the TORCH_CUDNN_SDPA_AVOID_RECOMPILE setting in force."""
+    import os
+
+    bits = []
+    for r in stream:
+        st = r.get("steady") or {}
+        c = ((st.get("cold") or {}).get("latency") or {}).get("tpot_ms")
+        w = (st.get("steady_latency") or {}).get("tpot_ms")
+        if c and w and w["p50"] > 0:
+            bits.append(f"{r['impl']} {c['p50']:.3g} vs {w['p50']:.3g} ms ({c['p50'] / w['p50']:.2f}×)")
+    if not bits:
+        return ""
+    env = os.environ.get("TORCH_CUDNN_SDPA_AVOID_RECOMPILE")
+    return ("Cold part vs steady state, TPOT p50: " + ", ".join(bits)
+            + f" (TORCH_CUDNN_SDPA_AVOID_RECOMPILE={env if env is not None else 'unset'}).")
+
+
+def on_masked_path(impl, model, device: str):
+    """`impl` as the paths that always pass SDPA a mask see it (continuous batching, the static cache): transformers
+    repeats K/V itself there (no `enable_gqa`), so a pinned SDPA backend is re-checked on that call — refused up front
+    only for what it really refuses there (flash: the mask), not for GQA it never sees."""
+    if not impl.name.startswith("sdpa-"):
+        return impl
+    import dataclasses as dc
+
+    from attnprof.models import attention
+    from attnprof.models.presets import attention_workload
+
+    w = attention_workload(model.config, batch=1, seq=1024, dtype=_dtype_name(model), device=device, mask="pad-left")
+    w = dc.replace(w, kv_heads=w.heads)
+    return attention._pinned(impl.name[5:], device, w)
+
+
+def _dtype_name(model) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(model.dtype, "fp32")

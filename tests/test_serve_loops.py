@@ -1,0 +1,170 @@
+"""`attnprof serve`'s two loops on the CPU: as-shipped runs, production says why it cannot (no CUDA graphs on cpu),
+every row names its loop, and the production decode plumbing (static cache, whole-call timing) runs uncompiled."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnprof.cli import main
+from attnprof.models import build_model
+from attnprof.serving.loops import measure_static_decode, parse_loops, unavailable
+
+TINY = ["serve", "--device", "cpu", "--model", "tiny-llama", "--json"]
+
+
+def test_both_loops_are_named_and_production_says_why_on_cpu(capsys, tmp_path):
+    f = tmp_path / "reqs.jsonl"
+    f.write_text("\n".join(json.dumps({"prompt_tokens": p, "output_tokens": o}) for p, o in [(9, 3), (14, 2)]))
+    code = main(TINY + ["--out", str(tmp_path / "o"), "--mode", "decode,continuous", "--decode-batch", "1",
+                        "--decode-context", "8", "--new-tokens", "3", "--no-share", "--request-file", str(f),
+                        "--rate", "50", "--impls", "eager,sdpa-math", "--slo-ttft-ms", "1e9", "--slo-tpot-ms", "1e-9"])
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    data = json.loads((tmp_path / "o" / "serve.json").read_text())
+    assert code == 0 and data["loops"] == ["as-shipped", "production"]
+    assert [(r["impl"], r["loop"], r["status"]) for r in data["decode"]] == [
+        ("eager", "as-shipped", "ok"), ("sdpa-math", "as-shipped", "ok")]
+    shipped = data["continuous"]["results"]
+    assert [(r["impl"], r["loop"], r["completed"]) for r in shipped] == [
+        ("eager", "as-shipped", 2), ("sdpa-math", "as-shipped", 2)]  # pinned SDPA runs paged sdpa now
+    assert shipped[1]["ran_as"].endswith("sdpa")
+    assert all(r["resolved"].get("use_cuda_graph") is not True for r in shipped)  # as shipped: no graphs asked
+    for r in shipped:  # vLLM's metrics from the loop's timestamps; no request meets a 1e-9 ms TPOT SLO
+        m = r["metrics"]
+        assert m["completed"] == 2 and m["throughput"]["output_tokens"] == 3 + 2
+        assert m["throughput"]["good"] == 0 and m["throughput"]["request_goodput"] == 0.0
+        lat = m["latency"]
+        assert lat["ttft_ms"]["n"] == 2 and lat["tpot_ms"]["p99"] >= lat["tpot_ms"]["p50"] > 0
+    assert shipped[0]["steady"] is None and "covers every arrival" in shipped[0]["steady_note"]  # 2 requests
+    assert data["continuous"]["stream"]["slo"] == {"ttft_ms": 1e9, "tpot_ms": 1e-9, "e2el_ms": None}
+    prod = data["production"]
+    rows = prod["decode"] + prod["continuous"]["results"]
+    assert len(rows) == 4 and all(r["loop"] == "production" and r["status"] == "rejected" for r in rows)
+    assert all("no CUDA graphs on cpu" in r["reason"] for r in rows)
+    assert prod["answer"] and last["production"]["decode"][0]["status"] == "rejected"
+    md = (tmp_path / "o" / "serve.md").read_text()
+    assert "`vllm bench serve`'s metrics [as-shipped]" in md and "TTFT ≤ 1e+09 ms, TPOT ≤ 1e-09 ms" in md
+    assert "[as-shipped]" in md and "[production]" in md and "Production loop:" in md
+    assert md.count("no CUDA graphs on cpu") >= 4
+    assert not (tmp_path / "o" / "serve.partial.json").exists()  # the per-row checkpoint is gone once complete
+
+
+def test_loop_flag(capsys, tmp_path):
+    assert parse_loops("production, as-shipped,production") == ["production", "as-shipped"]
+    assert unavailable("as-shipped", "decode", "cpu") is None
+    assert "no CUDA graphs on cpu" in unavailable("production", "continuous", "cpu")
+    code = main(["serve", "--device", "cpu", "--loop", "graphs", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--loop 'graphs'" in err[0]
+    assert not (tmp_path / "o").exists() or not (tmp_path / "o" / "serve.json").exists()
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_production_decode_plumbing_static_cache_uncompiled(impl):
+    model = build_model("tiny-llama", attn_implementation=impl)
+    p = measure_static_decode(model, impl, batch=2, context=6, new_tokens=8, device="cpu", reps=1, compile_=False)
+    assert p.loop == "production" and p.status == "ok"
+    assert p.tokens == 2 * (8 - 2)  # batch × (N2 − N1), N1 = max(2, N2 // 4)
+    assert p.step_ms > 0 and p.cold_s > 0 and p.tokens_per_s > 0
+    assert p.to_json()["loop"] == "production"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--slo-ttft-ms", "0"], "--slo-ttft-ms must be a positive number of milliseconds"),
+    (["--slo-tpot-ms", "-5"], "--slo-tpot-ms must be a positive number of milliseconds"),
+])
+def test_bad_slo_is_one_line_and_exit_2(capsys, tmp_path, extra, message):
+    code = main(["serve", "--device", "cpu", "--mode", "continuous", "--out", str(tmp_path / "o")] + extra)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "o" / "serve.json").exists()
+
+
+def test_a_failed_request_is_counted_in_the_vllm_metrics_with_its_reason():
+    from attnprof.serving.continuous import Request, serve_stream
+
+    model = build_model("tiny-llama", attn_implementation="eager")
+    reqs = [Request(0.0, 8, 2), Request(60.0, 8, 2)]  # the second arrives after the deadline
+    r = serve_stream(model, "eager", reqs, device="cpu", timeout_s=2.0)
+    m = r.metrics
+    assert m["requests"] == 2 and m["completed"] == 1 and m["failed"] == 1
+    assert m["failures"][0]["index"] == 1 and "limit" in m["failures"][0]["reason"]
+
+
+def test_steady_state_is_split_from_the_cold_part(capsys, tmp_path):
+    code = main(TINY + ["--out", str(tmp_path / "o"), "--mode", "continuous", "--loop", "as-shipped", "--impls",
+                        "sdpa", "--requests", "6", "--rate", "40", "--prompt-median", "8", "--output-median", "3",
+                        "--warmup-requests", "2"])
+    capsys.readouterr()
+    (r,) = json.loads((tmp_path / "o" / "serve.json").read_text())["continuous"]["results"]
+    st = r["steady"]
+    assert st["warmup"] == "2 requests" and st["cold"]["requests"] == 2 and st["steady_requests"] == 4
+    assert st["whole"]["completed"] == 6 and st["steady_throughput"]["duration_s"] > 0
+    md = (tmp_path / "o" / "serve.md").read_text()
+    assert "cold part apart" in md and "Cold part vs steady state, TPOT p50: sdpa " in md
+    assert "TORCH_CUDNN_SDPA_AVOID_RECOMPILE=" in md
+    code = main(TINY + ["--out", str(tmp_path / "p"), "--mode", "continuous", "--requests", "3",
+                        "--warmup-requests", "2"])
+    assert code == 2 and "--warmup-requests 2 leaves no steady part" in capsys.readouterr().err
+
+
+def test_gains_over_eager_and_sdpa_and_inconclusive_when_the_spread_overlaps():
+    from attnprof.serving.loops import comparisons
+
+    def row(impl, ms, lo, hi):
+        return {"impl": impl, "status": "ok", "batch": 1, "tokens_per_s": 1e3 / ms, "step_ms": ms,
+                "itl_ms": {"p50": ms, "min": lo, "max": hi}}
+
+    decode = [row("eager", 4.0, 3.9, 4.1), row("sdpa", 3.9, 3.8, 4.2), row("kernel", 2.0, 1.9, 2.1)]
+    text = comparisons("production", decode, [])
+    assert "sdpa 3.9 ms/token, 1.03× eager [0.93–1.08] (inconclusive" in text
+    kernel = text.split("kernel")[1]
+    assert "2.00× eager" in kernel and "1.95× sdpa" in kernel and "inconclusive" not in kernel
+    stream = [{"impl": i, "status": "ok", "completed": 4, "output_tokens_per_s": v}
+              for i, v in (("eager", 500.0), ("sdpa", 800.0), ("kernel", 1000.0))]
+    text = comparisons("production", [], stream)
+    assert text.startswith("production loop, gains:") and "kernel 1000 output tok/s, 2.00× eager, 1.25× sdpa" in text
+    assert comparisons("as-shipped", [], []) == ""
+
+
+def test_concurrency_sweep_draws_the_curve_per_loop(capsys, tmp_path):
+    code = main(TINY + ["--out", str(tmp_path / "o"), "--mode", "continuous", "--impls", "sdpa", "--requests", "4",
+                        "--rate", "50", "--prompt-median", "8", "--output-median", "3", "--sweep-concurrency", "1,3"])
+    capsys.readouterr()
+    assert code == 0
+    data = json.loads((tmp_path / "o" / "serve.json").read_text())
+    sweep = data["continuous"]["sweep"]
+    assert sweep["axis"] == "concurrency" and [p["load"] for p in sweep["points"]] == [1, 3]
+    for p in sweep["points"]:
+        assert p["impl"] == "sdpa" and p["completed"] == 4 and p["failed"] == 0
+        assert p["output_tokens_per_s_per_gpu"] > 0 and p["usd_per_m_output"] > 0 and p["tokens_per_s_per_user"] > 0
+    assert sweep["pareto"]["sdpa"]  # at least one point on the front
+    prod = data["production"]["continuous"]["sweep"]
+    assert prod["points"] == [] and all("no CUDA graphs on cpu" in x["reason"] for x in prod["not_run"])
+    md = (tmp_path / "o" / "serve.md").read_text()
+    assert "### Concurrency sweep [as-shipped]" in md and "### Concurrency sweep [production]" in md
+    assert main(["serve", "--device", "cpu", "--mode", "decode", "--sweep-concurrency", "2"]) == 2
+    assert "add continuous to --mode" in capsys.readouterr().err
+
+
+def test_a_pinned_backend_is_judged_on_the_masked_call_it_gets():
+    from attnprof.models import attention
+    from attnprof.serving.loops import on_masked_path
+
+    model = build_model("tiny-llama", attn_implementation="eager")  # 4 query / 2 KV heads: GQA
+    (math,) = attention.resolve_impls("sdpa-math", "cpu")
+    again = on_masked_path(math, model, "cpu")
+    assert again.name == "sdpa-math" and again.rejected is None
+    (eager,) = attention.resolve_impls("eager", "cpu")
+    assert on_masked_path(eager, model, "cpu") is eager
+
+
+def test_an_unbuildable_config_is_one_line_and_exit_2(capsys, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 30, "num_attention_heads": 7}))
+    code = main(["serve", "--device", "cpu", "--mode", "decode", "--model", str(cfg), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "transformers cannot build this config" in err[0], err
+    assert "hidden size (30) is not a multiple" in err[0]
+    assert not (tmp_path / "o" / "serve.json").exists()
