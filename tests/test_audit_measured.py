@@ -166,3 +166,11 @@ def test_no_model_and_a_model_that_cannot_generate_exit_2(tmp_path, capsys):
     assert main(["audit", "--device", "cpu", "--model", str(cfg), "--phase", "decode", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "cannot build a causal LM that generates" in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_a_pin_the_model_cannot_run_is_exit_2(tmp_path, capsys):
+    # the CPU has no cuDNN: every SDPA call pinned to it raises "No available kernel"
+    assert main(["audit", "--device", "cpu", "--model", "tiny-llama", "--seq", "8", "--new-tokens", "2",
+                 "--pin", "decode=cudnn", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "cannot run pinned so" in err[-1] and "Traceback" not in "".join(err)

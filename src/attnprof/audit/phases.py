@@ -244,12 +244,19 @@ def record_phases(model, spec: str, *, phases: tuple[str, ...], batch: int, prom
     ids, mask = padded_batch(model.config, batch=batch, seq=prompt, seed=seed, device=device)
     steps = 0
     with torch.no_grad(), pinned(pins), watch(observe="every") as calls:
-        if "decode" in phases:
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
-                                 min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
-            steps = int(out.shape[1] - ids.shape[1])
-        else:
-            model(input_ids=ids, attention_mask=mask)
+        try:
+            if "decode" in phases:
+                out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
+                                     min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+                steps = int(out.shape[1] - ids.shape[1])
+            else:
+                model(input_ids=ids, attention_mask=mask)
+        except RuntimeError as exc:
+            if not pins:
+                raise
+            # a pinned backend that refuses the model's calls: the pin is the user's input
+            raise UsageError(f"--pin {pins}: the model's attention cannot run pinned so "
+                             f"({first_line(exc)[:300]})") from None
     layers = getattr(model.config, "num_hidden_layers", None) or 0
     return PhaseRun(spec, getattr(model.config, "model_type", "?"), layers, batch, prompt, steps, dtype,
                     tuple(phases), pins, list(calls))
