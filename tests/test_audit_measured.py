@@ -174,3 +174,20 @@ def test_a_pin_the_model_cannot_run_is_exit_2(tmp_path, capsys):
                  "--pin", "decode=cudnn", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "cannot run pinned so" in err[-1] and "Traceback" not in "".join(err)
+
+
+def user_attention(q, k, v, *, causal, scale):
+    """A user's own attention (`--variants test_audit_measured:user_attention`): SDPA with k/v heads expanded."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)  # [B, Hkv, S, D] -> [B, Hq, S, D]
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal and q.shape[2] == k.shape[2], scale=scale)
+
+
+def test_user_variant_is_an_arm_and_never_cached(generated, cache_dir):
+    from attnprof.variants import load_user_variant
+
+    user = load_user_variant("test_audit_measured:user_attention")
+    for _ in range(2):
+        regrets = measure(generated.sites(), device="cpu", steps=3, plan=FAST, variants=[user])
+        arm = {a.arm: a for a in regrets[1].arms}[user.name]
+        assert arm.ok and not arm.cached and len(arm.first_ms) == 2 and arm.backend == user.name

@@ -104,7 +104,9 @@ def time_arm(variant: Variant, rec: DispatchRecord, *, kv_lengths: list[int], re
     got = run(variant, workload, inputs, watch=True, reps=reps, warmup=warmup)
     if got.status is not Status.OK:
         return ArmResult(variant.name, str(got.status), reason=got.reason)
-    backend = variant.backend or _one_call_backend(got.calls)
+    # an SDPA arm is the backend it reached; any other arm (a user function, even one calling SDPA inside) is itself
+    sdpa_arm = variant.name == "sdpa" or variant.name.startswith("sdpa-")
+    backend = variant.backend or (_one_call_backend(got.calls) if sdpa_arm else variant.name)
     result = ArmResult(variant.name, "ok", backend=backend, repeat_p20=got.timing.p20, repeat_p50=got.timing.p50,
                        repeat_p80=got.timing.p80, method=got.timing.method)
     if variant.backend == "flex":
