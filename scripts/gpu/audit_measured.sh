@@ -9,7 +9,7 @@
 #      and what it re-records is what ran under the fix.
 #   3. benchmarks/watch_overhead.py --decode: the watcher's cost per decode step and as a share of the step.
 # Writes $OUT/audit_measured/{run1,run2}/{report.md,audit.json} and $OUT/audit_measured/watch-overhead-decode.json.
-# Budget: <= 100 s (caps 50 + 25 + 25 s); each part has its own timeout and a failing part does not stop the next.
+# Budget: <= 100 s (caps 50 + 28 + 22 s); each part has its own timeout and a failing part does not stop the next.
 set -u
 dest="${OUT:-/tmp/out}/audit_measured"; mkdir -p "$dest/run1" "$dest/run2"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH}
@@ -35,7 +35,7 @@ if [ -z "$fix" ]; then
 fi
 echo "run2 fix: $fix"
 # shellcheck disable=SC2086  # $fix is two words: --pin VALUE
-timeout 25 python3 -m attnprof audit "${common[@]}" $fix --out /tmp/am-run2 > /tmp/am-run2.log 2>&1
+timeout 28 python3 -m attnprof audit "${common[@]}" $fix --out /tmp/am-run2 > /tmp/am-run2.log 2>&1
 code2=$?
 echo "run2 exit=$code2 (expected 0)"; grep -E "check failed|^model|Error|error" /tmp/am-run2.log | cut -c1-400 | head -8
 tail -1 /tmp/am-run2.log | cut -c1-400
@@ -43,8 +43,8 @@ cp /tmp/am-run2/audit.md "$dest/run2/report.md" 2>/dev/null; cp /tmp/am-run2/aud
 stamp "run2"
 
 # 3. the watcher's cost per decode step
-timeout 25 python3 benchmarks/watch_overhead.py --model llama-1b --device cuda --decode --batch 1 --seq 512 \
-  --steps 16 --reps 5 --out "$dest/watch-overhead-decode.json" > /tmp/am-overhead.log 2>&1
+timeout 22 python3 benchmarks/watch_overhead.py --model llama-1b --device cuda --decode --batch 1 --seq 512 \
+  --steps 16 --reps 4 --out "$dest/watch-overhead-decode.json" > /tmp/am-overhead.log 2>&1
 echo "overhead exit=$?"; grep -v Warning /tmp/am-overhead.log | grep -v "return forward_call" | tail -2 | cut -c1-400
 stamp "overhead"
 
