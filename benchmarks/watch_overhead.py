@@ -8,13 +8,20 @@ and unwatched, interleaved so drift hits both alike, and report the median of ea
 with the host time to enqueue the forward (`host_ms`): when it is close to the forward time, the forward is
 launch-bound and every host microsecond the watcher adds shows up in full.
 
+`--decode`: the same question for generation, where the watcher's cost is paid per token. From one prefilled KV
+cache (copied for every block, so every block sees the same lengths: after the first block cuDNN's plans are cached
+and the steps are warm), `--steps` decode steps of one token each, blocks watched and plain interleaved; each step is
+timed alone (synchronised). The result: the watcher's cost per decode step in ms, and as a share of the step.
+
     PYTHONPATH=src python benchmarks/watch_overhead.py --model tiny-llama --device cpu
     PYTHONPATH=src python3 benchmarks/watch_overhead.py --model llama-1b --device cuda --batch 1 --seq 2048
+    PYTHONPATH=src python3 benchmarks/watch_overhead.py --model llama-1b --device cuda --decode --seq 512 --steps 16
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import statistics
@@ -37,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ablate", action="store_true",
                    help="add arms that isolate the cost: watch without the call-site walk, and a bare passthrough "
                         "patch of F.scaled_dot_product_attention")
+    p.add_argument("--decode", action="store_true",
+                   help="measure decode steps (one token each, from a prefilled cache of --seq tokens) instead of "
+                        "prefill forwards")
+    p.add_argument("--steps", type=int, default=16, help="--decode: decode steps per block (default 16)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="also print cProfile's top functions (by own time) over N watched forwards, to stderr")
     args = p.parse_args(argv)
@@ -50,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     dtype = args.dtype or ("bf16" if cuda else "fp32")
     model = build_model(args.model, attn_implementation="sdpa", dtype=dtype, device=device)
     ids, mask = padded_batch(model.config, batch=args.batch, seq=args.seq, device=device)
+    if args.decode:
+        return _decode(args, model, ids, device, dtype, watch)
 
     host: dict[str, list[float]] = {}
 
@@ -108,6 +121,78 @@ def main(argv: list[str] | None = None) -> int:
           f"call, {result['per_sdpa_call_us']:.1f} µs on an SDPA call (best of 5)", file=sys.stderr)
     if args.profile:
         _profile(watched, args.profile)
+    if args.out:
+        write_json(args.out, result)
+    print(json.dumps({k: v for k, v in result.items() if k != "provenance"}))
+    return 0
+
+
+def _decode(args, model, ids, device: str, dtype: str, watch) -> int:
+    """Per decode step: plain vs watched (see the module docstring). Unpadded prompt: batch rows all full."""
+    import copy
+
+    from attnprof.files import write_json
+    from attnprof.provenance import provenance
+
+    cuda = device.startswith("cuda")
+    ids = ids.clamp(min=3)  # no padding: one KV length per step for the whole batch
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True)
+    prefilled, token = out.past_key_values, out.logits[:, -1:].argmax(-1)  # token: (B, 1)
+    del out
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def block(watched: bool) -> tuple[list[float], list[float], int]:
+        cache = copy.deepcopy(prefilled)
+        steps, hosts, tok = [], [], token
+        ctx = watch() if watched else contextlib.nullcontext([])
+        with torch.no_grad(), ctx as calls:
+            for _ in range(args.steps):
+                sync()
+                t0 = time.perf_counter()
+                logits = model(input_ids=tok, past_key_values=cache, use_cache=True).logits
+                hosts.append((time.perf_counter() - t0) * 1e3)
+                tok = logits[:, -1:].argmax(-1)
+                sync()
+                steps.append((time.perf_counter() - t0) * 1e3)
+        return steps, hosts, len(calls)
+
+    for _ in range(2):  # warm-up: first lengths (cuDNN plans), the watcher's caches
+        block(False)
+        block(True)
+    times = {True: [], False: []}
+    host = {True: [], False: []}
+    calls = 0
+    for i in range(args.reps):  # interleaved, alternating the order so drift hits both alike
+        for watched in ((False, True) if i % 2 == 0 else (True, False)):
+            steps, hosts, n = block(watched)
+            times[watched] += steps
+            host[watched] += hosts
+            calls = n or calls
+    plain, watched = statistics.median(times[False]), statistics.median(times[True])
+    with watch() as seen:  # which backend the decode steps ran
+        with torch.no_grad():
+            model(input_ids=token, past_key_values=copy.deepcopy(prefilled), use_cache=True)
+    result = {
+        "schema": "attnprof.watch_overhead/1", "phase": "decode", "model": args.model, "device": device,
+        "dtype": dtype, "batch": args.batch, "prompt": args.seq, "steps_per_block": args.steps, "blocks": args.reps,
+        "sdpa_calls_per_step": calls // args.steps, "backends": sorted({c.backend for c in seen}),
+        "step_ms_p50": round(plain, 4), "watched_step_ms_p50": round(watched, 4),
+        "overhead_ms_per_step": round(watched - plain, 4), "overhead_pct": round(100 * (watched - plain) / plain, 2),
+        "step_ms_p20_p80": [round(x, 4) for x in statistics.quantiles(times[False], n=5)[::3]],
+        "watched_step_ms_p20_p80": [round(x, 4) for x in statistics.quantiles(times[True], n=5)[::3]],
+        "host_ms_p50": round(statistics.median(host[False]), 4),
+        "watched_host_ms_p50": round(statistics.median(host[True]), 4),
+    }
+    result.update(_per_call_costs(device))
+    result["provenance"] = provenance(device)
+    print(f"{args.model} decode after a {args.batch}x{args.seq} prompt, {dtype} on {result['provenance']['device']}: "
+          f"step {plain:.3f} ms, watched {watched:.3f} ms → {watched - plain:+.3f} ms per step "
+          f"({result['overhead_pct']:+.2f} %, {result['sdpa_calls_per_step']} SDPA calls per step, "
+          f"backend {', '.join(result['backends'])})", file=sys.stderr)
     if args.out:
         write_json(args.out, result)
     print(json.dumps({k: v for k, v in result.items() if k != "provenance"}))

@@ -12,9 +12,9 @@ import argparse
 import shlex
 import sys
 
-from attnprof.commands.common import add_output_args
+from attnprof.commands.common import add_output_args, add_variants_arg
 
-REQUIRE = ("fused", "flash", "cudnn", "efficient", "cpu_flash", "preferred")
+REQUIRE = ("fused", "flash", "cudnn", "efficient", "cpu_flash", "preferred", "measured")
 
 
 def register(sub) -> None:
@@ -24,12 +24,29 @@ def register(sub) -> None:
     p.add_argument("--require", help=f"fail (exit 1) unless every call ran this: {', '.join(REQUIRE)}")
     p.add_argument("--head-dims", help="grid: comma-separated head dims (default: 64,128,256,59,96,320,512 on CUDA)")
     p.add_argument("--dtypes", help="grid: comma-separated dtypes, first is the base (default bf16,fp16,fp32 on CUDA)")
-    p.add_argument("--batch", type=int, default=2, help="batch size of the grid cells / the model's sample batch")
+    p.add_argument("--batch", type=int, default=None,
+                   help="batch size of the grid cells / the model's sample batch (default 2; with --phase 1)")
     p.add_argument("--heads", type=int, default=8, help="grid: query heads")
-    p.add_argument("--seq", type=int, default=None, help="grid: sequence length (512 CUDA, 32 CPU); model: 64")
+    p.add_argument("--seq", type=int, default=None,
+                   help="grid: sequence length (512 CUDA, 32 CPU); model: 64 (the prompt with --phase)")
     p.add_argument("--dtype", default=None, help="model: weights dtype (default bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--crosscheck", type=int, default=0, metavar="N",
                    help="grid: also profile every N-th cell with torch.profiler and compare (1 = every cell)")
+    g = p.add_argument_group("generation and measured regret (with --model)")
+    g.add_argument("--phase", default=None, help="prefill, decode or prefill,decode: run a short generate under "
+                   "the watcher and group the calls by call site and shape class")
+    g.add_argument("--new-tokens", type=int, default=16, help="tokens to generate with --phase decode (default 16)")
+    g.add_argument("--measure", action="store_true",
+                   help="time each site's call on every allowed arm (first call at a new length and repeat call) "
+                        "and report the regret of what ran (implies --phase prefill,decode)")
+    g.add_argument("--tolerance", type=float, default=0.10,
+                   help="--require measured: the regret allowed, as a fraction of the fastest arm (default 0.10)")
+    g.add_argument("--pin", default=None, metavar="BACKEND|CLASS=BACKEND,...",
+                   help="run the audited model's SDPA calls pinned (flash, efficient, cudnn, math), for all or per "
+                        "shape class (decode=flash,prefill=cudnn): apply the fix a measured audit named")
+    g.add_argument("--no-cache", action="store_true", help="measure every arm again (ignore and do not write the "
+                   "per-device regret cache beside the ceilings)")
+    add_variants_arg(g, "extra arms for --measure: flex, kernel, package.module:function; default none")
     add_output_args(p)
     p.set_defaults(handler=run)
 
@@ -62,6 +79,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.require is not None and args.require not in REQUIRE:
         raise UsageError(f"--require {args.require!r} is not a backend rule; choose one of {', '.join(REQUIRE)}")
+    if args.phase is not None or args.measure or args.require == "measured" or args.pin:
+        from attnprof.commands.audit_phases import run_phases
+
+        return run_phases(args)
+    if args.variants is not None:
+        raise UsageError("--variants adds arms to --measure (with --model); without it there is nothing to time")
+    args.batch = 2 if args.batch is None else args.batch
     if args.batch <= 0 or args.heads <= 0 or (args.seq is not None and args.seq <= 0) or args.crosscheck < 0:
         raise UsageError("--batch, --heads, --seq must be positive and --crosscheck >= 0")
     device = resolve_device(args.device)
