@@ -16,8 +16,16 @@ from attnprof.errors import CheckFailed, UsageError
 COMMANDS = ("stages", "variants", "audit", "trace", "ceilings", "bench", "compare", "report", "serve", "verify")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (`attnprof stages: error: ...`) and exit 2, not a usage block."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message.splitlines()[0] if message else message} "
+                     f"(see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnprof", description="What your attention layers really do on the GPU.")
+    parser = OneLineParser(prog="attnprof", description="What your attention layers really do on the GPU.")
     parser.add_argument("--version", action="version", version=f"attnprof {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from attnprof.errors import UsageError
+from attnprof.validate import check_row
 
 SCHEMA = "attnprof.bench/1"
 # failed: the cell produced no row of its own (its worker died on every attempt, its node was lost): Ray sweeps only
@@ -96,6 +97,7 @@ def read_results(path: Path, *, strict_tail: bool = False) -> tuple[list[dict[st
         if schema != SCHEMA:
             raise UsageError(f"{path}, line {number}: schema {schema!r} is not {SCHEMA} "
                              "(a results file from another attnprof version)")
+        check_row(row, f"{path}, line {number}", STATUSES)
         rows.append(row)
     return rows, note
 

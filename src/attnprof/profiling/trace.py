@@ -94,18 +94,18 @@ def load_trace(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Trace
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise UsageError(f"{path}: JSON without a traceEvents list: not a Chrome/Kineto trace")
-    events = [_event(e) for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") in ("X", "i", "I")]
+    events = [_event(e, i, path) for i, e in enumerate(data["traceEvents"])
+              if isinstance(e, dict) and e.get("ph") in ("X", "i", "I")]
     if not any(e.cat in ("cpu_op", "kernel", "user_annotation") for e in events):
         raise UsageError(f"{path}: a Chrome trace, but not one from torch.profiler (no cpu_op or kernel events)")
     return Trace(path=path, events=events)
 
 
-def _event(raw: dict) -> Event:
+def _event(raw: dict, index: int = 0, path: Path | str = "trace") -> Event:
+    from attnprof.validate import event_times
+
     args = raw.get("args") if isinstance(raw.get("args"), dict) else {}
-    try:
-        ts, dur = float(raw.get("ts", 0.0)), float(raw.get("dur", 0.0))
-    except (TypeError, ValueError):
-        ts, dur = 0.0, 0.0
+    ts, dur = event_times(raw, index, path)  # a NaN or string duration is a corrupt trace (exit 2), not a 0
     return Event(name=str(raw.get("name", "")), cat=str(raw.get("cat", "")), ts=ts, dur=dur, args=args)
 
 
