@@ -92,14 +92,14 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
     return None
 
 
-def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, _fp32_ok: bool = False) -> str | None:
     """None when the kernel can take these tensors, else the reason it refuses them."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             return f"{name} is a {type(t).__name__}, not a torch.Tensor"
         if t.dim() != 4:
             return f"{name} must be 4-D [B, S, H, D], got shape {tuple(t.shape)}"
-        if t.dtype not in SUPPORTED_DTYPES:
+        if t.dtype not in SUPPORTED_DTYPES and not (_fp32_ok and t.dtype == torch.float32):
             return f"{name} has dtype {t.dtype}; flash-triton supports float16 and bfloat16 only"
         if t.stride(-1) != 1 and t.shape[-1] > 1:
             return (f"{name} must have a contiguous last (head) dimension, got strides {t.stride()} for shape "
@@ -130,10 +130,12 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
-              causal: bool = False, *, config: Config | DecodeConfig | None = None) -> torch.Tensor:
+              causal: bool = False, *, config: Config | DecodeConfig | None = None,
+              _fp32_ok: bool = False) -> torch.Tensor:
     """`flash_attn_func` with an explicit launch `config` (for tuning). `[B, S, H, D]` in and out (any strides
     with a contiguous head dim; TMA and the Gluon program only for contiguous tensors)."""
-    reason = check_inputs(q, k, v)
+    # _fp32_ok: only the interpreter's own bf16 path (below) runs float32 copies; callers cannot ask for it
+    reason = check_inputs(q, k, v, _fp32_ok=_fp32_ok and INTERPRETED)
     if reason is not None:
         raise ValueError(f"flash-triton: {reason}")
     b, sq, hq, d = q.shape
@@ -144,9 +146,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
             reason := gluon_unsupported(q, k, causal, config)):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
+    bf16_interp = INTERPRETED and q.dtype == torch.bfloat16
+    if bf16_interp and isinstance(cfg, DecodeConfig):
+        if config is not None:
+            raise ValueError("flash-triton: bfloat16 through Triton's interpreter runs only the dense program on "
+                             "float32 copies (the interpreter gets bf16 tl.dot wrong); use float16 or a CUDA GPU "
+                             "for the decode program")
+        cfg = default_config(d, q.device)  # the CPU's bf16 path (below) is the dense program, for any Sq
     if isinstance(cfg, DecodeConfig):  # k/v are a full dense cache: every sequence has Sk keys
         return kvcache_attention(q, k, v, softmax_scale=softmax_scale, causal=causal, config=cfg)
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    if bf16_interp:
+        # Triton's interpreter upcasts bf16 tl.dot operands wrongly (values ~1e8, relative error ~1e9): on the
+        # CPU only, the program runs on float32 copies (every tl.dot then in fp32) and the result is rounded to
+        # bf16. Never on a GPU, where bf16 is compiled and right.
+        out = attention(q.float(), k.float(), v.float(), softmax_scale, causal, config=cfg, _fp32_ok=True)
+        return out.to(torch.bfloat16)
     out = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
     if cfg.gluon:
         _launch_gluon(q, k, v, out, scale, bool(causal), cfg)
