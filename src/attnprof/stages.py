@@ -17,7 +17,7 @@ from pathlib import Path
 
 from attnprof.bench.flops import tflops
 from attnprof.numerics.compare import Reference
-from attnprof.profiling.classify import UNEXPECTED
+from attnprof.profiling.causes import UNEXPECTED_ROLES
 from attnprof.profiling.summary import Summary
 from attnprof.run import Run, run
 from attnprof.variants import Variant
@@ -102,9 +102,9 @@ def _unexpected(summary: Summary) -> list[str]:
     if any(k.role == "fused_attention" for k in summary.kernels) and summary.kernels_per_step <= 2:
         return []
     notes = []
-    for k in summary.kernels:
-        if k.role in UNEXPECTED:
-            notes.append(f"{k.name} ({k.per_step:g}/step): {UNEXPECTED[k.role]}")
+    for k in summary.kernels:  # the cause comes from the op that launched the kernel (profiling.causes)
+        if k.role in UNEXPECTED_ROLES:
+            notes.append(f"{k.short} ({k.per_step:g}/step) ← {k.cause.text()}")
     return notes
 
 

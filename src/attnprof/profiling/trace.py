@@ -30,6 +30,7 @@ class Event:
     ts: float  # microseconds
     dur: float
     args: dict
+    tid: object = None  # (pid, tid): ranges nest per thread (attribution)
 
     @property
     def end(self) -> float:
@@ -106,7 +107,8 @@ def _event(raw: dict, index: int = 0, path: Path | str = "trace") -> Event:
 
     args = raw.get("args") if isinstance(raw.get("args"), dict) else {}
     ts, dur = event_times(raw, index, path)  # a NaN or string duration is a corrupt trace (exit 2), not a 0
-    return Event(name=str(raw.get("name", "")), cat=str(raw.get("cat", "")), ts=ts, dur=dur, args=args)
+    return Event(name=str(raw.get("name", "")), cat=str(raw.get("cat", "")), ts=ts, dur=dur, args=args,
+                 tid=(raw.get("pid"), raw.get("tid")))
 
 
 def split_steps(trace: Trace, prefix: str = STEP_PREFIX) -> list[Step]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from attnprof.profiling.names import short_name
 from attnprof.report.render import env_note, fmt, md_escape, md_table, out
 from attnprof.stages import StageResult
 
@@ -26,11 +27,13 @@ def _row(r: StageResult) -> list[str]:
             fmt(r.peak_mib, ".1f"), fmt(r.max_rel_err, ".2e"), r.backend or "–"]
 
 
-def kernel_lines(r: StageResult, width: int = 110) -> list[tuple[str, str, str, str]]:
+def kernel_lines(r: StageResult, width: int = 60) -> list[tuple[str, str, str, str, str]]:
+    """(per step, role[backend], µs/step, short name, launching op) per kernel; full names are in results.json."""
     rows = []
     for k in r.summary.kernels if r.summary else []:
-        name = k.name if len(k.name) <= width else k.name[: width - 1] + "…"
-        rows.append((f"{k.per_step:g}", k.role + (f"[{k.backend}]" if k.backend else ""), f"{k.time_us:.1f}", name))
+        op = " → ".join(k.origin.chain[:2]) if k.origin and k.origin.chain else "–"
+        rows.append((f"{k.per_step:g}", k.role + (f"[{k.backend}]" if k.backend else ""), f"{k.time_us:.1f}",
+                     short_name(k.name, width), op))
     return rows
 
 
@@ -46,8 +49,8 @@ def print_terminal(results: list[StageResult], workload_label: str, note: str, o
         if r.status != "ok":
             continue
         out.print(f"\n[bold]{r.variant}[/bold]: {fmt(r.summary.kernels_per_step, 'g')} {unit}s per step")
-        for per, role, us, name in kernel_lines(r):
-            out.print(f"  {per:>4} × {role:<26} {us:>9} µs  {name}", markup=False, highlight=False)
+        for per, role, us, name, op in kernel_lines(r, width=40):
+            out.print(f"  {per:>4} × {role:<16} {us:>9} µs  {name:<40} {op}", markup=False, highlight=False)
         for note_line in r.unexpected:
             out.print(f"  [yellow]! {note_line}[/yellow]")
         for line in dispatch_lines(r):
@@ -71,8 +74,8 @@ def markdown(results: list[StageResult], workload_label: str, note: str, command
     for r in results:
         if r.status != "ok":
             continue
-        parts += [f"## {r.variant}", "", md_table(["per step", "role", "µs/step", "name"],
-                                                  [list(x) for x in kernel_lines(r, width=200)]), ""]
+        parts += [f"## {r.variant}", "", md_table(["per step", "role", "µs/step", "kernel", "launched by"],
+                                                  [list(x) for x in kernel_lines(r, width=80)]), ""]
         parts += [f"- ⚠ {md_escape(line)}" for line in r.unexpected]
         parts += [f"- ⚠ {md_escape(line.strip())}" for line in dispatch_lines(r)]
         parts += [f"- trace: `{r.trace}` (open in https://ui.perfetto.dev or chrome://tracing)", ""]
@@ -123,7 +126,7 @@ def _kernel_phrase(k, base: StageResult | None) -> str:
 
 
 def _short(name: str, width: int = 60) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
+    return short_name(name, width)
 
 
 def results_json(workload, results: list[StageResult], provenance: dict, note: str) -> dict:
