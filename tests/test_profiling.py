@@ -129,3 +129,14 @@ def test_the_python_call_site_is_read_when_the_trace_has_the_stack(tmp_path):
     origins = attribute(trace)
     sites = {origins[id(e)].site for e in trace.events if e.name == "aten::contiguous" and id(e) in origins}
     assert any(s and "test_profiling.py" in s and "_layout_copy_then_masked_fill" in s for s in sites), sites
+
+
+def test_attnprof_trace_names_the_launching_op():
+    from pathlib import Path
+
+    from attnprof.audit.tracecheck import analyze
+
+    report = analyze(load_trace(Path(__file__).parent / "data" / "h200-naive.trace.json.gz"))
+    causes = [c for s in report.steps for c in s.causes]
+    assert any(c.startswith("Memcpy DtoD") and "aten::masked_fill" in c for c in causes), causes
+    assert report.to_json()["steps"][0]["causes"]
