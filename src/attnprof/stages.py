@@ -17,6 +17,7 @@ from pathlib import Path
 
 from attnprof.bench.flops import tflops
 from attnprof.numerics.compare import Reference
+from attnprof.numerics.gate import Gate
 from attnprof.profiling.causes import UNEXPECTED_ROLES
 from attnprof.profiling.summary import Summary
 from attnprof.run import Run, run
@@ -35,6 +36,8 @@ class StageResult:
     unexpected: tuple[str, ...] = ()
     # SDPA calls that did not get this device's fastest backend: what ran, what was preferred, and why not
     dispatch: tuple[dict, ...] = ()
+    # plain PyTorch's norm-relative error vs fp64 in the same dtype (the verify rule's baseline); None: not measured
+    baseline_rel: float | None = None
 
     def __getattr__(self, name: str):
         """variant, family, status, reason, summary, timing, peak_mib: the `Run`'s own."""
@@ -45,6 +48,13 @@ class StageResult:
     @property
     def max_rel_err(self) -> float | None:
         return self.run.agreement.norm_rel if self.run.agreement else None
+
+    @property
+    def lossy_factor(self) -> float | None:
+        """How many times plain PyTorch's error this stage's is, when the gate called it lossy; else None."""
+        if self.status.value != "lossy" or self.max_rel_err is None or not self.baseline_rel:
+            return None
+        return self.max_rel_err / self.baseline_rel
 
     @property
     def max_abs_err(self) -> float | None:
@@ -62,24 +72,25 @@ class StageResult:
             "tflops": self.tflops, "peak_mib": self.peak_mib,
             "max_rel_err": self.max_rel_err, "max_abs_err": self.max_abs_err,
             "backend": self.backend, "trace": self.trace, "unexpected": list(self.unexpected),
-            "dispatch": list(self.dispatch),
+            "dispatch": list(self.dispatch), "baseline_rel_err": self.baseline_rel, "lossy": self.lossy_factor,
         }
 
 
 def run_stage(variant: Variant, workload: Workload, inputs: Inputs, reference: Reference, out_dir: Path, *,
-              steps: int = 5, reps: int = 20) -> StageResult:
+              steps: int = 5, reps: int = 20, gate: Gate | None = None) -> StageResult:
     trace = out_dir / "traces" / f"{_safe(variant.name)}.json"
-    r = run(variant, workload, inputs, reference=reference, watch=True, profile=trace, steps=steps, memory=True,
-            reps=reps, warmup=2)
+    r = run(variant, workload, inputs, reference=reference, gate=gate, watch=True, profile=trace, steps=steps,
+            memory=True, reps=reps, warmup=2)
+    base = gate.baseline.norm_rel if gate is not None else None
     if not r.status.ran:
-        return StageResult(r, trace=_relative(r.trace, out_dir))
+        return StageResult(r, trace=_relative(r.trace, out_dir), baseline_rel=base)
     watched = sorted({c.backend for c in r.calls})  # what SDPA really dispatched; else fused kernels by name
     summary_backends = r.summary.backends if r.summary else []
     return StageResult(r, backend=",".join(watched or summary_backends) or variant.backend,
                        tflops=tflops(workload, r.timing.p50 / 1e3) if r.timing else None,
                        trace=_relative(r.trace, out_dir),
                        unexpected=tuple(_unexpected(r.summary)) if r.summary else (),
-                       dispatch=tuple(_fallbacks(r.calls)))
+                       dispatch=tuple(_fallbacks(r.calls)), baseline_rel=base)
 
 
 def _relative(path: Path | None, out_dir: Path) -> str | None:
@@ -117,9 +128,10 @@ def run_stages(workload: Workload, variants: list[Variant], out_dir: Path, *, se
     """Every variant on the same inputs (one `make_inputs(seed)`), in order; see the module docstring."""
     inputs = workload.make_inputs(seed)
     reference = Reference.of(inputs)
+    gate = Gate.of(inputs, reference, workload.dtype)  # the verify rule: k × plain PyTorch's error, same dtype
     results = []
     for variant in variants:
         if on_stage is not None:
             on_stage(variant.name)
-        results.append(run_stage(variant, workload, inputs, reference, out_dir, steps=steps, reps=reps))
+        results.append(run_stage(variant, workload, inputs, reference, out_dir, steps=steps, reps=reps, gate=gate))
     return results

@@ -18,11 +18,31 @@ HEADERS = ["stage", "status", "kernels/step", "GPU ms/step", "latency ms p50 (p2
            "peak MiB", "rel err vs fp64", "backend"]
 
 
+def _ran(r: StageResult) -> bool:
+    """It ran and was measured (ok or lossy): its numbers are printed."""
+    return r.status.ran and r.summary is not None and r.timing is not None
+
+
+def status_text(r: StageResult) -> str:
+    """`ok`, `ok, lossy ×45` (error vs fp64 45× plain PyTorch's in the same dtype), or the status itself."""
+    if r.lossy_factor is not None:
+        return f"ok, lossy ×{r.lossy_factor:.0f}" if r.lossy_factor >= 10 else f"ok, lossy ×{r.lossy_factor:.1f}"
+    return "ok" if _ran(r) else str(r.status.value)
+
+
+def lossy_line(r: StageResult) -> str | None:
+    if r.lossy_factor is None:
+        return None
+    return (f"lossy: error vs fp64 {r.max_rel_err:.2e} is {r.lossy_factor:.1f}× plain PyTorch's "
+            f"{r.baseline_rel:.2e} in the same dtype (the verify rule allows 2×): "
+            f"see `attnprof verify --variants {r.variant}`")
+
+
 def _row(r: StageResult) -> list[str]:
-    if r.status != "ok":
-        return [r.variant, r.status, "", "", "", "", "", "", "", r.reason or ""]
+    if not _ran(r):
+        return [r.variant, str(r.status.value), "", "", "", "", "", "", "", r.reason or ""]
     s, t = r.summary, r.timing
-    return [r.variant, "ok", fmt(s.kernels_per_step, "g"), fmt(s.gpu_ms_per_step, ".4f"),
+    return [r.variant, status_text(r), fmt(s.kernels_per_step, "g"), fmt(s.gpu_ms_per_step, ".4f"),
             f"{t.p50:.4g} ({t.p20:.4g}–{t.p80:.4g})", fmt(s.cpu_ms_per_step, ".3f"), fmt(r.tflops, ".3g"),
             fmt(r.peak_mib, ".1f"), fmt(r.max_rel_err, ".2e"), r.backend or "–"]
 
@@ -46,13 +66,14 @@ def print_terminal(results: list[StageResult], workload_label: str, note: str, o
     out.print(table)
     unit = "kernel" if on_gpu else "aten op"
     for r in results:
-        if r.status != "ok":
+        if not _ran(r):
             continue
         out.print(f"\n[bold]{r.variant}[/bold]: {fmt(r.summary.kernels_per_step, 'g')} {unit}s per step")
         for per, role, us, name, op in kernel_lines(r, width=40):
             out.print(f"  {per:>4} × {role:<16} {us:>9} µs  {name:<40} {op}", markup=False, highlight=False)
-        for note_line in r.unexpected:
-            out.print(f"  [yellow]! {note_line}[/yellow]")
+        for note_line in [lossy_line(r), *r.unexpected]:
+            if note_line:
+                out.print(f"  [yellow]! {note_line}[/yellow]", highlight=False)
         for line in dispatch_lines(r):
             out.print(f"  [red]! {line}[/red]" if not line.startswith("  ") else f"    {line.strip()}", markup=True,
                       highlight=False)
@@ -72,11 +93,11 @@ def markdown(results: list[StageResult], workload_label: str, note: str, command
         parts += [env_note(provenance), ""]
     parts += [md_table(HEADERS, [_row(r) for r in results]), ""]
     for r in results:
-        if r.status != "ok":
+        if not _ran(r):
             continue
         parts += [f"## {r.variant}", "", md_table(["per step", "role", "µs/step", "kernel", "launched by"],
                                                   [list(x) for x in kernel_lines(r, width=80)]), ""]
-        parts += [f"- ⚠ {md_escape(line)}" for line in r.unexpected]
+        parts += [f"- ⚠ {md_escape(line)}" for line in [lossy_line(r), *r.unexpected] if line]
         parts += [f"- ⚠ {md_escape(line.strip())}" for line in dispatch_lines(r)]
         parts += [f"- trace: `{r.trace}` (open in https://ui.perfetto.dev or chrome://tracing)", ""]
     parts += ["## Stage to stage", ""] + [f"- {md_escape(line)}" for line in deltas(results)] + [""]
@@ -95,7 +116,7 @@ def dispatch_lines(result: StageResult) -> list[str]:
 
 def deltas(results: list[StageResult]) -> list[str]:
     """Stage-to-stage changes in words, each ok stage against the previous ok one."""
-    ok = [r for r in results if r.status == "ok" and r.summary and r.timing]
+    ok = [r for r in results if _ran(r)]
     lines = []
     base = ok[0] if ok else None
     for prev, cur in zip(ok, ok[1:], strict=False):
