@@ -10,6 +10,7 @@ about these results (stage-to-stage deltas, dispatch advice) are the renderer's:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,6 +85,8 @@ def run_stage(variant: Variant, workload: Workload, inputs: Inputs, reference: R
     base = gate.baseline.norm_rel if gate is not None else None
     if not r.status.ran:
         return StageResult(r, trace=_relative(r.trace, out_dir), baseline_rel=base)
+    if variant.family == "third-party":
+        r = _own_backend(r, variant.backend)
     watched = sorted({c.backend for c in r.calls})  # what SDPA really dispatched; else fused kernels by name
     summary_backends = r.summary.backends if r.summary else []
     return StageResult(r, backend=",".join(watched or summary_backends) or variant.backend,
@@ -91,6 +94,15 @@ def run_stage(variant: Variant, workload: Workload, inputs: Inputs, reference: R
                        trace=_relative(r.trace, out_dir),
                        unexpected=tuple(_unexpected(r.summary)) if r.summary else (),
                        dispatch=tuple(_fallbacks(r.calls)), baseline_rel=base)
+
+
+def _own_backend(r: Run, backend: str | None) -> Run:
+    """A third-party kernel's attention kernels are its own (`sageattention 2.2.0`), not our `kernel` repo's,
+    which the name table says for any unknown kernel with `attn` in its name."""
+    if r.summary is None or not backend:
+        return r
+    kernels = [dataclasses.replace(k, backend=backend) if k.backend == "kernel" else k for k in r.summary.kernels]
+    return dataclasses.replace(r, summary=dataclasses.replace(r.summary, kernels=kernels))
 
 
 def _relative(path: Path | None, out_dir: Path) -> str | None:
