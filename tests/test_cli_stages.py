@@ -181,3 +181,15 @@ def test_a_missing_third_party_package_is_a_rejected_row_with_the_pip_command():
     v = adapter_variant("nope", Library("attnprof_no_such_pkg", "attn", "flash-attn", "attnprof-no-such-pkg"))
     verdict = v.supports(Workload(device="cuda", dtype="bf16"))
     assert not verdict.ok and verdict.reason == "attnprof_no_such_pkg is not installed: pip install attnprof-no-such-pkg"
+
+
+def test_the_terminal_view_fits_80_columns_and_wide_shows_every_column(tmp_path, capsys):
+    code, err, out = _stages(capsys, "--variants", "naive,sdpa,sageattention", "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    assert any("← masked_fill" in line for line in lines)  # each kernel with the op that launched it
+    assert "TFLOP/s" not in out and "sageattention rejected: " in out
+    assert sum("default for CPU" in line for line in err + lines) <= 1  # the workload note, once
+    code, err, wide = _stages(capsys, "--variants", "naive,sdpa", "--out", str(tmp_path / "w"), "--wide")
+    assert code == 0 and "TFLOP/s" in wide and "peak MiB" in wide

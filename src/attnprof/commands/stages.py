@@ -25,6 +25,8 @@ def register(sub) -> None:
     add_output_args(p)
     p.add_argument("--steps", type=int, default=5, help="profiled forward steps per stage (default 5)")
     p.add_argument("--reps", type=int, default=20, help="timed calls per stage for the latency (default 20, min 20)")
+    p.add_argument("--wide", action="store_true",
+                   help="every column in the terminal table (default: a summary that fits 80 columns)")
     p.set_defaults(handler=run)
 
 
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     data = results_json(workload, results, prov, note)
     write_json(folder / "results.json", data)
     write_atomic(folder / "report.md", markdown(results, workload.label(), note, command, prov))
-    print_terminal(results, workload.label(), note, workload.device.startswith("cuda"))
+    print_terminal(results, workload.label(), note, workload.device.startswith("cuda"), wide=args.wide)
     err.print(f"report: {folder}/results.json, report.md, traces/")
     emit_json(args, {"schema": data["schema"], "out": str(folder), "workload": data["workload"],
                      "stages": [{k: s[k] for k in ("variant", "status", "reason", "kernels_per_step", "backend",

@@ -84,7 +84,9 @@ def _enclosing(trace: Trace) -> dict[int, Origin]:
 
 
 def _origin(stack: list[Event]) -> Origin:
-    chain = tuple(aten_name(e.name) for e in stack if e.cat == "cpu_op" and not is_metadata(e.name))
+    # `## Call CompiledFxGraph … ##` (inductor's graph range) encloses ops but is not one the user called
+    chain = tuple(aten_name(e.name) for e in stack
+                  if e.cat == "cpu_op" and not is_metadata(e.name) and not e.name.startswith("## "))
     site = None
     for e in reversed(stack):
         if e.cat == "python_function" and not any(p in e.name for p in _INTERNAL_FRAMES) and ".py(" in e.name:

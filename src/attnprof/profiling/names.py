@@ -27,6 +27,8 @@ def short_name(name: str, width: int = 60) -> str:
         short = decode(name)
         if short is not None:
             return _cut(short, width)
+    if name.startswith("## Call CompiledFxGraph"):  # inductor's compiled graph on the CPU: its C++ kernels
+        return "inductor graph (C++ kernels)"
     if name.startswith(("Memcpy", "Memset")) or ("<" not in name and "(" not in name):
         return _cut(name, width)
     return _cut(_cpp(name), width)

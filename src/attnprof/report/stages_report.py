@@ -6,10 +6,8 @@ The job (`attnprof.stages`) returns results; every sentence about them is made h
 
 from __future__ import annotations
 
-from rich.table import Table
-
 from attnprof.profiling.names import short_name
-from attnprof.report.render import env_note, fmt, md_escape, md_table, out
+from attnprof.report.render import env_note, fmt, md_escape, md_table
 from attnprof.stages import StageResult
 
 SCHEMA = "attnprof.stages/1"
@@ -57,31 +55,12 @@ def kernel_lines(r: StageResult, width: int = 60) -> list[tuple[str, str, str, s
     return rows
 
 
-def print_terminal(results: list[StageResult], workload_label: str, note: str, on_gpu: bool) -> None:
-    table = Table(title=f"attnprof stages — {workload_label}", caption=note, caption_justify="left")
-    for h in HEADERS:
-        table.add_column(h, overflow="fold")
-    for r in results:
-        table.add_row(*_row(r), style=None if r.status == "ok" else "yellow")
-    out.print(table)
-    unit = "kernel" if on_gpu else "aten op"
-    for r in results:
-        if not _ran(r):
-            continue
-        out.print(f"\n[bold]{r.variant}[/bold]: {fmt(r.summary.kernels_per_step, 'g')} {unit}s per step")
-        for per, role, us, name, op in kernel_lines(r, width=40):
-            out.print(f"  {per:>4} × {role:<16} {us:>9} µs  {name:<40} {op}", markup=False, highlight=False)
-        for note_line in [lossy_line(r), *r.unexpected]:
-            if note_line:
-                out.print(f"  [yellow]! {note_line}[/yellow]", highlight=False)
-        for line in dispatch_lines(r):
-            out.print(f"  [red]! {line}[/red]" if not line.startswith("  ") else f"    {line.strip()}", markup=True,
-                      highlight=False)
-    lines = deltas(results)
-    if lines:
-        out.print("\n[bold]Stage to stage[/bold]")
-        for line in lines:
-            out.print(f"  {line}", markup=False)
+def print_terminal(results: list[StageResult], workload_label: str, note: str, on_gpu: bool, *,
+                   wide: bool = False) -> None:
+    """The terminal view (`report/stages_terminal.py`); the workload note was printed by the command already."""
+    from attnprof.report.stages_terminal import print_terminal as show
+
+    show(results, workload_label, on_gpu, wide=wide)
 
 
 def markdown(results: list[StageResult], workload_label: str, note: str, command: str, provenance: dict) -> str:
