@@ -18,7 +18,7 @@ from pathlib import Path
 
 from attnprof.bench.flops import tflops
 from attnprof.numerics.compare import Reference
-from attnprof.numerics.gate import Gate
+from attnprof.numerics.gate import Gate, Rule
 from attnprof.profiling.causes import UNEXPECTED_ROLES
 from attnprof.profiling.summary import Summary
 from attnprof.run import Run, run
@@ -140,7 +140,9 @@ def run_stages(workload: Workload, variants: list[Variant], out_dir: Path, *, se
     """Every variant on the same inputs (one `make_inputs(seed)`), in order; see the module docstring."""
     inputs = workload.make_inputs(seed)
     reference = Reference.of(inputs)
-    gate = Gate.of(inputs, reference, workload.dtype)  # the verify rule: k × plain PyTorch's error, same dtype
+    # the verify rule: k × plain PyTorch's error in the same dtype. Rows that see no key are reported, not judged:
+    # here lossy means "further from fp64", and `attnprof verify` owns the masked-rows policy.
+    gate = Gate.of(inputs, reference, workload.dtype, Rule(masked_rows="report"))
     results = []
     for variant in variants:
         if on_stage is not None:

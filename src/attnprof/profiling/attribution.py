@@ -47,12 +47,13 @@ class Origin:
 def attribute(trace: Trace) -> dict[int, Origin]:
     """`id(event)` → Origin, for every GPU event (through its launch) and every cpu_op of the trace."""
     launches = {e.args.get("correlation"): e for e in trace.events
-                if e.cat in LAUNCH_CATEGORIES and e.args.get("correlation") is not None}
+                if e.cat in LAUNCH_CATEGORIES and isinstance(e.args.get("correlation"), (int, str))}
     at = _enclosing(trace)
     out: dict[int, Origin] = {}
     for e in trace.events:
         if e.cat in GPU_CATEGORIES:
-            launch = launches.get(e.args.get("correlation"))
+            corr = e.args.get("correlation")
+            launch = launches.get(corr) if isinstance(corr, (int, str)) else None
             if launch is not None and id(launch) in at:
                 out[id(e)] = at[id(launch)]
         elif e.cat == "cpu_op" and id(e) in at:
