@@ -110,7 +110,11 @@ def test_a_quantize_kernel_has_its_own_role_and_cause():
     from attnprof.profiling.causes import explain
     from attnprof.profiling.classify import classify_gpu
 
-    assert classify_gpu("quant_per_block_int8_kernel").role == "quantize"
+    for name in ("quant_per_block_int8_kernel", "void QuantInt8Kernel<64u, 128u>(half*, signed char*)",
+                 "void MeanScaleKernel<64u, false, __nv_bfloat16>(__nv_bfloat16*, signed char*)",
+                 "void TransposePadPermuteKernel<128u, 64u, true, half>(half*, half*, unsigned int)"):
+        assert classify_gpu(name).role == "quantize", name
+    assert classify_gpu("qk_int8_sv_f8_accum_f32_attn_inst_buf").role == "fused_attention"
     cause = explain("quant_per_block_int8_kernel", "quantize", Origin())
     assert "quantization" in cause.what and cause.op is None
 

@@ -59,7 +59,8 @@ OP_RULES: tuple[_Rule, ...] = (
 )
 _OP_COMPILED = [(re.compile(rf"(?:{r.ops})"), r) for r in OP_RULES]
 
-QUANTIZE = re.compile(r"quant|dequant|(?:to|cast)_?(?:int8|fp8|e4m3)", re.IGNORECASE)
+QUANTIZE = re.compile(r"quant|(?:to|cast)_?(?:int8|fp8|e4m3)|TransposePadPermute|MeanScaleKernel|SubMeanKernel",
+                      re.IGNORECASE)
 
 _BY_ROLE: dict[str, tuple[str, str | None]] = {
     "copy": ("a device copy", None),

@@ -34,7 +34,8 @@ GPU_RULES: tuple[Rule, ...] = (
     Rule(r"^Memset", "memset"),
     Rule(r"^Memcpy", "copy"),
     # INT8/FP8 quantize and dequantize steps around a low-precision kernel (SageAttention's quant_per_block_int8)
-    Rule(r"(?i)quant|(?:to|cast)_?(?:int8|fp8|e4m3)", "quantize"),
+    # (and its V preparation for FP8: TransposePadPermuteKernel, MeanScaleKernel, SubMeanKernel)
+    Rule(r"(?i)quant|(?:to|cast)_?(?:int8|fp8|e4m3)|TransposePadPermute|MeanScaleKernel|SubMeanKernel", "quantize"),
     Rule(r"nvjet|gemm|xmma|cutlass|cublas|sm\d+_.*(?:s|h|bf16)\d*gemm|magma", "gemm"),
     Rule(r"triu_tril|FillFunctor<bool>|arange|CompareLTFunctor|CompareGEFunctor", "mask_build"),
     Rule(r"masked_fill|where_kernel", "mask_apply"),
