@@ -55,7 +55,8 @@ for run in ("story", "default", "long"):
     for s in d["stages"]:
         lat = (s.get("latency_ms") or {}).get("p50")
         print(run, s["variant"], s["status"], s.get("backend"), "p50", lat, "kernels", s.get("kernels_per_step"),
-              "err", s.get("max_rel_err"), "lossy", s.get("lossy"), (s.get("reason") or "")[:120])
+              "err", s.get("max_rel_err"), "lossy", s.get("lossy"), "wall_s", s.get("wall_s"),
+              (s.get("reason") or "")[:120])
         if run == "story":
             for k in s.get("kernels", []):
                 print("   ", k.get("short"), "|", k.get("role"), "|", (k.get("cause") or {}).get("op"))

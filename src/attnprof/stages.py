@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ class StageResult:
     dispatch: tuple[dict, ...] = ()
     # plain PyTorch's norm-relative error vs fp64 in the same dtype (the verify rule's baseline); None: not measured
     baseline_rel: float | None = None
+    wall_s: float | None = None  # how long the whole stage took (warm-up, compile, oracle, profile, timing)
 
     def __getattr__(self, name: str):
         """variant, family, status, reason, summary, timing, peak_mib: the `Run`'s own."""
@@ -74,6 +76,7 @@ class StageResult:
             "max_rel_err": self.max_rel_err, "max_abs_err": self.max_abs_err,
             "backend": self.backend, "trace": self.trace, "unexpected": list(self.unexpected),
             "dispatch": list(self.dispatch), "baseline_rel_err": self.baseline_rel, "lossy": self.lossy_factor,
+            "wall_s": self.wall_s,
         }
 
 
@@ -147,5 +150,7 @@ def run_stages(workload: Workload, variants: list[Variant], out_dir: Path, *, se
     for variant in variants:
         if on_stage is not None:
             on_stage(variant.name)
-        results.append(run_stage(variant, workload, inputs, reference, out_dir, steps=steps, reps=reps, gate=gate))
+        start = time.perf_counter()
+        result = run_stage(variant, workload, inputs, reference, out_dir, steps=steps, reps=reps, gate=gate)
+        results.append(dataclasses.replace(result, wall_s=round(time.perf_counter() - start, 3)))
     return results
