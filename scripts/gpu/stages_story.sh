@@ -34,7 +34,7 @@ part() {  # part NAME TIMEOUT ARGS...: run one stages job, keep report.md + resu
   mkdir -p "$dest/$name"
   cp "/tmp/ss-$name/report.md" "$dest/$name/report.md" 2>/dev/null || echo "$name: no report.md"
   cp "/tmp/ss-$name/results.json" "$dest/$name/results.json" 2>/dev/null || echo "$name: no results.json"
-  grep -E "^│|^┃|^ *! |rejected" "$dest/$name.log" | cut -c1-220 | head -30
+  grep -vE "^\s*$|━|Warning|warn\(" "$dest/$name.log" | cut -c1-160 | head -45
   stamp "$name"
 }
 
