@@ -89,3 +89,54 @@ def test_a_kernel_repo_program_without_attention_in_its_name_is_known_once_loade
     assert classify_gpu("tile_loop").backend == "kernel"
     module.KERNEL_NAMES = ("exported_name",)
     assert kernel_names_of(module) == ("exported_name",)
+
+
+# --- short names: the real H200 names of tests/data and docs/results -----------------------------------------
+
+def _h200_names():
+    import gzip
+    import json
+    from pathlib import Path
+
+    names = set()
+    for f in (Path(__file__).parent / "data").glob("h200-*.trace.json.gz"):
+        names |= {e["name"] for e in json.load(gzip.open(f))["traceEvents"] if e.get("cat") == "kernel"}
+    return names
+
+
+def test_short_names_of_real_h200_kernels():
+    from attnprof.profiling.names import short_name
+
+    names = _h200_names()
+    assert names, "tests/data has H200 traces"
+    shorts = {short_name(n) for n in names}
+    assert all(len(s) <= 60 and "::" not in s and "const" not in s for s in shorts), shorts
+    assert "softmax_warp_forward" in shorts
+    assert "nvjet GEMM (sm90, 256×128 tile, TNT)" in shorts
+    assert "mul (MulFunctor<float>)" in shorts
+    assert "triu_tril_kernel" in shorts
+
+
+@pytest.mark.parametrize("name, short", [
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0",
+     "cuDNN SDPA flash fprop (sm90, 64×128×128 tile)"),
+    ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
+     "direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const>(int)",
+     "direct_copy_kernel_cuda"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForwardReg<c10::BFloat16, float, c10::BFloat16, "
+     "at::native::(anonymous namespace)::SoftMaxForwardEpilogue, long, 4>(c10::BFloat16*, c10::BFloat16 const*, long)",
+     "cunn_SoftMaxForwardReg"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
+     "cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false>(Params)",
+     "FlashAttention flash_fwd (d128, 128×64 tile)"),
+    ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>::Params)",
+     "mem-efficient fwd bf16 (sm80, 64×128 tile)"),
+    ("triton_tem_fused_flex_attention_0", "Triton flex_attention (template)"),
+    ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD (Device -> Device)"),
+    ("aten::bmm", "aten::bmm"),
+    ("attention_fwd_sm90_ws", "attention_fwd_sm90_ws"),
+])
+def test_short_name(name, short):
+    from attnprof.profiling.names import short_name
+
+    assert short_name(name) == short

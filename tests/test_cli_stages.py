@@ -129,3 +129,67 @@ def test_help_does_not_import_torch():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": SRC}, timeout=60)
     assert run.stdout.strip() == "False", run.stderr
+
+
+def test_a_lossy_stage_is_marked_with_its_factor_and_a_pointer_to_verify(tmp_path, capsys, monkeypatch):
+    """A function that rounds q, k, v through bf16 on an fp32 workload (what a quantizing kernel does) runs and is
+    finite, but its error vs fp64 is far above plain PyTorch's in fp32: `ok, lossy ×N`, not a silent ok."""
+    (tmp_path / "rounds_bf16.py").write_text(
+        "import torch\n"
+        "def attn(q, k, v, *, causal, scale):\n"
+        "    r = lambda t: t.to(torch.bfloat16).to(t.dtype)\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(r(q), r(k), r(v), is_causal=causal,"
+        " scale=scale)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err, out = _stages(capsys, "--variants", "rounds_bf16:attn,sdpa", "--out", str(tmp_path / "r"))
+    assert code == 0, err  # lossy is reported, not a failed run
+    stages = {s["variant"]: s for s in json.loads((tmp_path / "r" / "results.json").read_text())["stages"]}
+    lossy, sdpa = stages["rounds_bf16:attn"], stages["sdpa"]
+    assert lossy["status"] == "lossy" and sdpa["status"] == "ok" and sdpa["lossy"] is None
+    assert lossy["lossy"] == pytest.approx(lossy["max_rel_err"] / lossy["baseline_rel_err"]) and lossy["lossy"] > 10
+    assert f"ok, lossy ×{lossy['lossy']:.0f}" in out
+    assert "attnprof verify --variants rounds_bf16:attn" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_third_party_kernels_are_rejected_rows_on_the_cpu_and_naive_compiled_runs(tmp_path, capsys):
+    """sageattention/flash-attn/flashinfer/xformers need CUDA: rejected rows with the reason (and the pip command
+    where the package is missing); a module:function@convention spec is one too; naive-compiled runs under
+    inductor (one tiny compile) and agrees with fp64."""
+    code, err, out = _stages(capsys, "--variants", "sageattention,flash-attn,flashinfer,xformers,"
+                             "flash_attn:flash_attn_func@flash-attn", "--compile", "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    stages = {s["variant"]: s for s in json.loads((tmp_path / "r" / "results.json").read_text())["stages"]}
+    for name in ("sageattention", "flash-attn", "flashinfer", "xformers", "flash_attn:flash_attn_func@flash-attn"):
+        assert stages[name]["status"] == "rejected" and "CUDA only" in stages[name]["reason"], stages[name]
+    import importlib.util
+
+    if importlib.util.find_spec("xformers") is None:
+        assert "pip install xformers" in stages["xformers"]["reason"]
+    compiled = stages["naive-compiled"]
+    assert compiled["status"] == "ok" and compiled["backend"] == "inductor" and compiled["max_rel_err"] < 1e-5
+
+
+def test_a_bad_convention_spec_is_exit_2(tmp_path, capsys):
+    code, err, _ = _stages(capsys, "--variants", "os:getcwd@nope", "--out", str(tmp_path / "r"))
+    assert code == 2 and "module:function@convention" in err[-1]
+
+
+def test_a_missing_third_party_package_is_a_rejected_row_with_the_pip_command():
+    from attnprof.variants.adapters import Library, adapter_variant
+    from attnprof.workload import Workload
+
+    v = adapter_variant("nope", Library("attnprof_no_such_pkg", "attn", "flash-attn", "attnprof-no-such-pkg"))
+    verdict = v.supports(Workload(device="cuda", dtype="bf16"))
+    assert not verdict.ok and verdict.reason == "attnprof_no_such_pkg is not installed: pip install attnprof-no-such-pkg"
+
+
+def test_the_terminal_view_fits_80_columns_and_wide_shows_every_column(tmp_path, capsys):
+    code, err, out = _stages(capsys, "--variants", "naive,sdpa,sageattention", "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    assert any("← masked_fill" in line for line in lines)  # each kernel with the op that launched it
+    assert "TFLOP/s" not in out and "sageattention rejected: " in out
+    assert sum("default for CPU" in line for line in err + lines) <= 1  # the workload note, once
+    code, err, wide = _stages(capsys, "--variants", "naive,sdpa", "--out", str(tmp_path / "w"), "--wide")
+    assert code == 0 and "TFLOP/s" in wide and "peak MiB" in wide

@@ -90,3 +90,47 @@ def test_a_kernel_variant_travels_with_its_repo(tmp_path):
     back = pickle.loads(pickle.dumps(kernel_hub.kernel_variant(spec)))
     assert back.name == "kernel" and back.fn.kernel_spec == spec != kernel_hub.DEFAULT
     assert pickle.loads(pickle.dumps(kernel_hub.KERNEL)).fn.kernel_spec == kernel_hub.DEFAULT
+
+
+# --- third-party conventions: each layout round-trips through a torch stand-in of the library's function --------
+
+def _sdpa_bshd(q, k, v, causal, scale):
+    f = torch.nn.functional.scaled_dot_product_attention
+    gqa = q.shape[2] != k.shape[2]
+    out = f(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, scale=scale, enable_gqa=gqa)
+    return out.transpose(1, 2)
+
+
+def _fake_flash_attn_func(q, k, v, softmax_scale=None, causal=False):  # [B, S, H, D]
+    return _sdpa_bshd(q, k, v, causal, softmax_scale)
+
+
+def _fake_sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None):
+    assert tensor_layout == "HND"
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=sm_scale,
+                                                            enable_gqa=q.shape[1] != k.shape[1])
+
+
+def _fake_single_prefill(q, k, v, causal=False, sm_scale=None):  # NHD [S, H, D], one sequence
+    return _sdpa_bshd(q[None], k[None], v[None], causal, sm_scale)[0]
+
+
+def _fake_memory_efficient_attention(q, k, v, attn_bias=None, scale=None):  # BMHK
+    assert attn_bias is None
+    return _sdpa_bshd(q, k, v, False, scale)
+
+
+@pytest.mark.parametrize("convention, fn, causal", [
+    ("flash-attn", _fake_flash_attn_func, True),
+    ("sageattention", _fake_sageattn, True),
+    ("flashinfer", _fake_single_prefill, True),
+    ("xformers", _fake_memory_efficient_attention, False),
+])
+def test_each_convention_hands_the_library_its_layout_and_returns_bhsd(convention, fn, causal):
+    from attnprof.variants.adapters import CONVENTIONS
+
+    w = Workload(batch=2, heads=4, kv_heads=4 if convention == "xformers" else 2, seq=16, head_dim=8, causal=causal)
+    inputs = w.make_inputs()
+    out = CONVENTIONS[convention].call(fn, inputs)
+    assert out.shape == inputs.q.shape
+    assert rel_err(out, reference_attention(inputs)) < 1e-5

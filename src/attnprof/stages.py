@@ -10,14 +10,17 @@ about these results (stage-to-stage deltas, dispatch advice) are the renderer's:
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnprof.bench.flops import tflops
 from attnprof.numerics.compare import Reference
-from attnprof.profiling.classify import UNEXPECTED
+from attnprof.numerics.gate import Gate, Rule
+from attnprof.profiling.causes import UNEXPECTED_ROLES
 from attnprof.profiling.summary import Summary
 from attnprof.run import Run, run
 from attnprof.variants import Variant
@@ -35,6 +38,9 @@ class StageResult:
     unexpected: tuple[str, ...] = ()
     # SDPA calls that did not get this device's fastest backend: what ran, what was preferred, and why not
     dispatch: tuple[dict, ...] = ()
+    # plain PyTorch's norm-relative error vs fp64 in the same dtype (the verify rule's baseline); None: not measured
+    baseline_rel: float | None = None
+    wall_s: float | None = None  # how long the whole stage took (warm-up, compile, oracle, profile, timing)
 
     def __getattr__(self, name: str):
         """variant, family, status, reason, summary, timing, peak_mib: the `Run`'s own."""
@@ -45,6 +51,13 @@ class StageResult:
     @property
     def max_rel_err(self) -> float | None:
         return self.run.agreement.norm_rel if self.run.agreement else None
+
+    @property
+    def lossy_factor(self) -> float | None:
+        """How many times plain PyTorch's error this stage's is, when the gate called it lossy; else None."""
+        if self.status.value != "lossy" or self.max_rel_err is None or not self.baseline_rel:
+            return None
+        return self.max_rel_err / self.baseline_rel
 
     @property
     def max_abs_err(self) -> float | None:
@@ -62,24 +75,37 @@ class StageResult:
             "tflops": self.tflops, "peak_mib": self.peak_mib,
             "max_rel_err": self.max_rel_err, "max_abs_err": self.max_abs_err,
             "backend": self.backend, "trace": self.trace, "unexpected": list(self.unexpected),
-            "dispatch": list(self.dispatch),
+            "dispatch": list(self.dispatch), "baseline_rel_err": self.baseline_rel, "lossy": self.lossy_factor,
+            "wall_s": self.wall_s,
         }
 
 
 def run_stage(variant: Variant, workload: Workload, inputs: Inputs, reference: Reference, out_dir: Path, *,
-              steps: int = 5, reps: int = 20) -> StageResult:
+              steps: int = 5, reps: int = 20, gate: Gate | None = None) -> StageResult:
     trace = out_dir / "traces" / f"{_safe(variant.name)}.json"
-    r = run(variant, workload, inputs, reference=reference, watch=True, profile=trace, steps=steps, memory=True,
-            reps=reps, warmup=2)
+    r = run(variant, workload, inputs, reference=reference, gate=gate, watch=True, profile=trace, steps=steps,
+            memory=True, reps=reps, warmup=2)
+    base = gate.baseline.norm_rel if gate is not None else None
     if not r.status.ran:
-        return StageResult(r, trace=_relative(r.trace, out_dir))
+        return StageResult(r, trace=_relative(r.trace, out_dir), baseline_rel=base)
+    if variant.family == "third-party":
+        r = _own_backend(r, variant.backend)
     watched = sorted({c.backend for c in r.calls})  # what SDPA really dispatched; else fused kernels by name
     summary_backends = r.summary.backends if r.summary else []
     return StageResult(r, backend=",".join(watched or summary_backends) or variant.backend,
                        tflops=tflops(workload, r.timing.p50 / 1e3) if r.timing else None,
                        trace=_relative(r.trace, out_dir),
                        unexpected=tuple(_unexpected(r.summary)) if r.summary else (),
-                       dispatch=tuple(_fallbacks(r.calls)))
+                       dispatch=tuple(_fallbacks(r.calls)), baseline_rel=base)
+
+
+def _own_backend(r: Run, backend: str | None) -> Run:
+    """A third-party kernel's attention kernels are its own (`sageattention 2.2.0`), not our `kernel` repo's,
+    which the name table says for any unknown kernel with `attn` in its name."""
+    if r.summary is None or not backend:
+        return r
+    kernels = [dataclasses.replace(k, backend=backend) if k.backend == "kernel" else k for k in r.summary.kernels]
+    return dataclasses.replace(r, summary=dataclasses.replace(r.summary, kernels=kernels))
 
 
 def _relative(path: Path | None, out_dir: Path) -> str | None:
@@ -102,9 +128,9 @@ def _unexpected(summary: Summary) -> list[str]:
     if any(k.role == "fused_attention" for k in summary.kernels) and summary.kernels_per_step <= 2:
         return []
     notes = []
-    for k in summary.kernels:
-        if k.role in UNEXPECTED:
-            notes.append(f"{k.name} ({k.per_step:g}/step): {UNEXPECTED[k.role]}")
+    for k in summary.kernels:  # the cause comes from the op that launched the kernel (profiling.causes)
+        if k.role in UNEXPECTED_ROLES:
+            notes.append(f"{k.short} ({k.per_step:g}/step) ← {k.cause.text()}")
     return notes
 
 
@@ -117,9 +143,14 @@ def run_stages(workload: Workload, variants: list[Variant], out_dir: Path, *, se
     """Every variant on the same inputs (one `make_inputs(seed)`), in order; see the module docstring."""
     inputs = workload.make_inputs(seed)
     reference = Reference.of(inputs)
+    # the verify rule: k × plain PyTorch's error in the same dtype. Rows that see no key are reported, not judged:
+    # here lossy means "further from fp64", and `attnprof verify` owns the masked-rows policy.
+    gate = Gate.of(inputs, reference, workload.dtype, Rule(masked_rows="report"))
     results = []
     for variant in variants:
         if on_stage is not None:
             on_stage(variant.name)
-        results.append(run_stage(variant, workload, inputs, reference, out_dir, steps=steps, reps=reps))
+        start = time.perf_counter()
+        result = run_stage(variant, workload, inputs, reference, out_dir, steps=steps, reps=reps, gate=gate)
+        results.append(dataclasses.replace(result, wall_s=round(time.perf_counter() - start, 3)))
     return results

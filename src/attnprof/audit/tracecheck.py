@@ -33,11 +33,12 @@ class StepReport:
     out_of_place_ops: dict[str, int] = field(default_factory=dict)
     mask_builds: list[str] = field(default_factory=list)
     sdpa_calls: dict[str, int] = field(default_factory=dict)  # CPU-side SDPA backend ops → count
+    causes: list[str] = field(default_factory=list)  # unexpected kernels with the cause from their launching op
 
     def to_json(self) -> dict:
         return {"name": self.name, "kernels": self.kernels, "roles": self.roles, "backends": self.backends,
                 "math_fallback": self.math_fallback, "copies": self.copies, "out_of_place_ops": self.out_of_place_ops,
-                "mask_builds": self.mask_builds, "sdpa_calls": self.sdpa_calls}
+                "mask_builds": self.mask_builds, "sdpa_calls": self.sdpa_calls, "causes": self.causes}
 
 
 @dataclass
@@ -74,8 +75,13 @@ def _sdpa_ops(step: Step) -> dict[str, int]:
     return dict(counts)
 
 
-def analyze_step(step: Step, on_gpu: bool) -> StepReport:
-    hits = step_hits(step, on_gpu)
+def analyze_step(step: Step, on_gpu: bool, origins: dict | None = None) -> StepReport:
+    from attnprof.profiling.causes import UNEXPECTED_ROLES, explain
+    from attnprof.profiling.names import short_name
+
+    hits = step_hits(step, on_gpu, origins)
+    causes = list(dict.fromkeys(f"{short_name(h.name)} ← {explain(h.name, h.role, h.origin).text()}"
+                                for h in hits if h.role in UNEXPECTED_ROLES))
     roles = Counter(h.role for h in hits)
     backends = sorted({h.backend for h in hits if h.backend})
     sdpa = _sdpa_ops(step)
@@ -92,7 +98,7 @@ def analyze_step(step: Step, on_gpu: bool) -> StepReport:
     return StepReport(
         name=step.name, kernels=len(hits), roles={r: roles[r] for r in ROLES if roles[r]}, backends=backends,
         math_fallback=math, copies=[h.name for h in hits if h.role == "copy"], out_of_place_ops=dict(oop),
-        mask_builds=[h.name for h in hits if h.role == "mask_build"], sdpa_calls=sdpa)
+        mask_builds=[h.name for h in hits if h.role == "mask_build"], sdpa_calls=sdpa, causes=causes)
 
 
 def analyze(trace: Trace) -> TraceReport:
@@ -105,7 +111,10 @@ def analyze(trace: Trace) -> TraceReport:
     if len(steps) == 1 and steps[0].name == "whole trace":
         notes.append("no step ranges (record_function 'attnprof.step.N' or a profiler schedule's ProfilerStep#N): "
                      "the whole trace is treated as one step")
-    reports = [analyze_step(s, on_gpu) for s in steps]
+    from attnprof.profiling.attribution import attribute
+
+    origins = attribute(trace)  # every kernel → the aten op that launched it
+    reports = [analyze_step(s, on_gpu, origins) for s in steps]
     if not any(r.kernels for r in reports):
         notes.append("no kernels or work ops inside the steps")
     return TraceReport(str(trace.path), on_gpu, reports, notes)

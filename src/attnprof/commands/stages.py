@@ -25,6 +25,10 @@ def register(sub) -> None:
     add_output_args(p)
     p.add_argument("--steps", type=int, default=5, help="profiled forward steps per stage (default 5)")
     p.add_argument("--reps", type=int, default=20, help="timed calls per stage for the latency (default 20, min 20)")
+    p.add_argument("--compile", action="store_true",
+                   help="add the naive-compiled stage: naive attention under torch.compile, and what inductor made of it")
+    p.add_argument("--wide", action="store_true",
+                   help="every column in the terminal table (default: a summary that fits 80 columns)")
     p.set_defaults(handler=run)
 
 
@@ -40,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--steps must be >= 1 and --reps >= 20 (a median of fewer runs is noise)")
     workload, note = workload_from_args(args)
     variants = variants_from_args(args)
+    if args.compile and not any(v.name == "naive-compiled" for v in variants):
+        from attnprof.variants import VARIANTS
+
+        variants.append(VARIANTS["naive-compiled"])
     folder = out_dir(args, "stages")
     err.print(f"[dim]{note}[/dim]")
     with progress() as bar:
@@ -58,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     data = results_json(workload, results, prov, note)
     write_json(folder / "results.json", data)
     write_atomic(folder / "report.md", markdown(results, workload.label(), note, command, prov))
-    print_terminal(results, workload.label(), note, workload.device.startswith("cuda"))
+    print_terminal(results, workload.label(), note, workload.device.startswith("cuda"), wide=args.wide)
     err.print(f"report: {folder}/results.json, report.md, traces/")
     emit_json(args, {"schema": data["schema"], "out": str(folder), "workload": data["workload"],
                      "stages": [{k: s[k] for k in ("variant", "status", "reason", "kernels_per_step", "backend",

@@ -16,9 +16,10 @@ from typing import Literal
 
 from attnprof.backends import fused_op_backend, kernel_backend
 
-Role = Literal["gemm", "scale", "mask_build", "copy", "mask_apply", "softmax", "fused_attention", "memset", "other"]
+Role = Literal["gemm", "scale", "mask_build", "copy", "mask_apply", "softmax", "fused_attention", "memset",
+               "quantize", "other"]
 ROLES: tuple[str, ...] = ("gemm", "scale", "mask_build", "copy", "mask_apply", "softmax", "fused_attention",
-                          "memset", "other")
+                          "memset", "quantize", "other")
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class Rule:
 GPU_RULES: tuple[Rule, ...] = (
     Rule(r"^Memset", "memset"),
     Rule(r"^Memcpy", "copy"),
+    # INT8/FP8 quantize and dequantize steps around a low-precision kernel (SageAttention's quant_per_block_int8)
+    # (and its V preparation for FP8: TransposePadPermuteKernel, MeanScaleKernel, SubMeanKernel)
+    Rule(r"(?i)quant|(?:to|cast)_?(?:int8|fp8|e4m3)|TransposePadPermute|MeanScaleKernel|SubMeanKernel", "quantize"),
     Rule(r"nvjet|gemm|xmma|cutlass|cublas|sm\d+_.*(?:s|h|bf16)\d*gemm|magma", "gemm"),
     Rule(r"triu_tril|FillFunctor<bool>|arange|CompareLTFunctor|CompareGEFunctor", "mask_build"),
     Rule(r"masked_fill|where_kernel", "mask_apply"),
@@ -50,6 +54,7 @@ CPU_RULES: tuple[Rule, ...] = (
     Rule(r"^(_softmax|softmax|_safe_softmax|log_softmax)$", "softmax"),
     Rule(r"^(copy_|clone|contiguous)$", "copy"),
     Rule(r"^(zero_|fill_|zeros|zeros_like)$", "memset"),
+    Rule(r"quantize|dequantize", "quantize"),
 )
 
 # CPU ops that move no data and launch no work: never counted as kernels.
@@ -114,11 +119,3 @@ def is_metadata(name: str) -> bool:
     op = aten_name(name)
     return op in METADATA_OPS or op.startswith("Torch-Compiled Region") or op.startswith("Pregraph")
 
-
-# Why a kernel of this role is worth a second look in a stage that is not one fused kernel.
-UNEXPECTED: dict[str, str] = {
-    "copy": "a device copy: an out-of-place op (masked_fill) duplicates the scores before writing them",
-    "mask_build": "the causal mask is rebuilt every step: build it once outside the step, or let a fused kernel "
-                  "apply causality itself",
-    "memset": "a memset or fill the tutorial does not count (on the GPU: cuBLAS workspace or output zeroing)",
-}

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from attnprof.profiling.attribution import Origin, attribute
+from attnprof.profiling.causes import Cause, explain
 from attnprof.profiling.classify import classify_cpu, classify_gpu, is_metadata
+from attnprof.profiling.names import short_name
 from attnprof.profiling.trace import Event, Step, Trace
 
 
@@ -22,6 +25,7 @@ class Hit:
     role: str
     backend: str | None
     dur_us: float
+    origin: Origin | None = None  # the aten ops that launched it (attribution)
 
 
 @dataclass(frozen=True)
@@ -31,10 +35,24 @@ class KernelRow:
     backend: str | None
     per_step: float
     time_us: float  # per step
+    origin: Origin | None = None
+
+    @property
+    def short(self) -> str:
+        return short_name(self.name)
+
+    @property
+    def op(self) -> str | None:
+        return self.origin.op if self.origin else None
+
+    @property
+    def cause(self) -> Cause:
+        return explain(self.name, self.role, self.origin)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "role": self.role, "backend": self.backend, "per_step": self.per_step,
-                "time_us": self.time_us}
+        return {"name": self.name, "short": self.short, "role": self.role, "backend": self.backend,
+                "per_step": self.per_step, "time_us": self.time_us,
+                "launched_by": self.origin.to_json() if self.origin else None, "cause": self.cause.to_json()}
 
 
 @dataclass(frozen=True)
@@ -58,10 +76,12 @@ class Summary:
         return dict(out)
 
 
-def step_hits(step: Step, on_gpu: bool) -> list[Hit]:
+def step_hits(step: Step, on_gpu: bool, origins: dict[int, Origin] | None = None) -> list[Hit]:
+    """The kernels of one step; with `origins` (`attribution.attribute`), each with the ops that launched it."""
+    origins = origins or {}
     if on_gpu:
-        return [Hit(e.name, *_gpu_role(e), e.dur) for e in sorted(step.gpu, key=lambda e: e.ts)]
-    return _cpu_hits(step.cpu_ops)
+        return [Hit(e.name, *_gpu_role(e), e.dur, origins.get(id(e))) for e in sorted(step.gpu, key=lambda e: e.ts)]
+    return _cpu_hits(step.cpu_ops, origins)
 
 
 def _gpu_role(e: Event) -> tuple[str, str | None]:
@@ -69,7 +89,7 @@ def _gpu_role(e: Event) -> tuple[str, str | None]:
     return c.role, c.backend
 
 
-def _cpu_hits(ops: list[Event]) -> list[Hit]:
+def _cpu_hits(ops: list[Event], origins: dict[int, Origin]) -> list[Hit]:
     """Work ops of one step on the CPU, from the nesting of cpu_op ranges (same thread assumed)."""
     ops = sorted(ops, key=lambda e: (e.ts, -e.dur))
     hits: list[Hit] = []
@@ -81,7 +101,7 @@ def _cpu_hits(ops: list[Event]) -> list[Hit]:
             parents = tuple(p.name for p, _ in stack)
             if not flag[0] and not is_metadata(op.name) and not _inside_fused(parents):
                 c = classify_cpu(op.name, parents)
-                hits.append(Hit(op.name, c.role, c.backend, op.dur))
+                hits.append(Hit(op.name, c.role, c.backend, op.dur, origins.get(id(op))))
                 flag[0] = True
             if flag[0] and stack:
                 stack[-1][1][0] = True
@@ -91,7 +111,7 @@ def _cpu_hits(ops: list[Event]) -> list[Hit]:
         stack.append((op, [False]))
         c = classify_cpu(op.name)
         if c.role == "fused_attention" and not _inside_fused(tuple(p.name for p, _ in stack[:-1])):
-            hits.append(Hit(op.name, c.role, c.backend, op.dur))
+            hits.append(Hit(op.name, c.role, c.backend, op.dur, origins.get(id(op))))
             stack[-1][1][0] = True
     close(float("inf"))
     return sorted(hits, key=lambda h: h.name)
@@ -105,16 +125,18 @@ def summarize(trace: Trace, steps: list[Step] | None = None) -> Summary:
     steps = trace.steps() if steps is None else steps
     on_gpu = trace.has_gpu
     n = max(1, len(steps))
-    counts: dict[tuple, list] = {}  # (name, role, backend) → [count, total µs]: one name can play two roles
+    # (name, role, backend, origin) → [count, total µs]: one name can play two roles, or come from two ops
+    counts: dict[tuple, list] = {}
+    origins = attribute(trace)
     gpu_us = 0.0
     for step in steps:
-        for h in step_hits(step, on_gpu):
-            row = counts.setdefault((h.name, h.role, h.backend), [0, 0.0])
+        for h in step_hits(step, on_gpu, origins):
+            row = counts.setdefault((h.name, h.role, h.backend, h.origin), [0, 0.0])
             row[0] += 1
             row[1] += h.dur_us
             gpu_us += h.dur_us
-    kernels = [KernelRow(name, role, backend, count / n, total / n)
-               for (name, role, backend), (count, total) in counts.items()]
+    kernels = [KernelRow(name, role, backend, count / n, total / n, origin)
+               for (name, role, backend, origin), (count, total) in counts.items()]
     kernels.sort(key=lambda k: -k.time_us)
     return Summary(
         steps=len(steps), on_gpu=on_gpu, kernels=kernels,

@@ -30,6 +30,7 @@ class Event:
     ts: float  # microseconds
     dur: float
     args: dict
+    tid: object = None  # (pid, tid): ranges nest per thread (attribution)
 
     @property
     def end(self) -> float:
@@ -106,7 +107,13 @@ def _event(raw: dict, index: int = 0, path: Path | str = "trace") -> Event:
 
     args = raw.get("args") if isinstance(raw.get("args"), dict) else {}
     ts, dur = event_times(raw, index, path)  # a NaN or string duration is a corrupt trace (exit 2), not a 0
-    return Event(name=str(raw.get("name", "")), cat=str(raw.get("cat", "")), ts=ts, dur=dur, args=args)
+    return Event(name=str(raw.get("name", "")), cat=str(raw.get("cat", "")), ts=ts, dur=dur, args=args,
+                 tid=(_key(raw.get("pid")), _key(raw.get("tid"))))
+
+
+def _key(value: object) -> object:
+    """A pid/tid as a dict key: ints and strings as they are, anything else (a corrupt trace) by its repr."""
+    return value if isinstance(value, (int, str, float, type(None))) else repr(value)
 
 
 def split_steps(trace: Trace, prefix: str = STEP_PREFIX) -> list[Step]:

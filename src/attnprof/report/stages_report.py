@@ -6,9 +6,8 @@ The job (`attnprof.stages`) returns results; every sentence about them is made h
 
 from __future__ import annotations
 
-from rich.table import Table
-
-from attnprof.report.render import env_note, fmt, md_escape, md_table, out
+from attnprof.profiling.names import short_name
+from attnprof.report.render import env_note, fmt, md_escape, md_table
 from attnprof.stages import StageResult
 
 SCHEMA = "attnprof.stages/1"
@@ -17,47 +16,51 @@ HEADERS = ["stage", "status", "kernels/step", "GPU ms/step", "latency ms p50 (p2
            "peak MiB", "rel err vs fp64", "backend"]
 
 
+def _ran(r: StageResult) -> bool:
+    """It ran and was measured (ok or lossy): its numbers are printed."""
+    return r.status.ran and r.summary is not None and r.timing is not None
+
+
+def status_text(r: StageResult) -> str:
+    """`ok`, `ok, lossy ×45` (error vs fp64 45× plain PyTorch's in the same dtype), or the status itself."""
+    if r.lossy_factor is not None:
+        return f"ok, lossy ×{r.lossy_factor:.0f}" if r.lossy_factor >= 10 else f"ok, lossy ×{r.lossy_factor:.1f}"
+    return "ok" if _ran(r) else str(r.status.value)
+
+
+def lossy_line(r: StageResult) -> str | None:
+    if r.lossy_factor is None:
+        return None
+    return (f"lossy: error vs fp64 {r.max_rel_err:.2e} is {r.lossy_factor:.1f}× plain PyTorch's "
+            f"{r.baseline_rel:.2e} in the same dtype (the verify rule allows 2×): "
+            f"see `attnprof verify --variants {r.variant}`")
+
+
 def _row(r: StageResult) -> list[str]:
-    if r.status != "ok":
-        return [r.variant, r.status, "", "", "", "", "", "", "", r.reason or ""]
+    if not _ran(r):
+        return [r.variant, str(r.status.value), "", "", "", "", "", "", "", r.reason or ""]
     s, t = r.summary, r.timing
-    return [r.variant, "ok", fmt(s.kernels_per_step, "g"), fmt(s.gpu_ms_per_step, ".4f"),
+    return [r.variant, status_text(r), fmt(s.kernels_per_step, "g"), fmt(s.gpu_ms_per_step, ".4f"),
             f"{t.p50:.4g} ({t.p20:.4g}–{t.p80:.4g})", fmt(s.cpu_ms_per_step, ".3f"), fmt(r.tflops, ".3g"),
             fmt(r.peak_mib, ".1f"), fmt(r.max_rel_err, ".2e"), r.backend or "–"]
 
 
-def kernel_lines(r: StageResult, width: int = 110) -> list[tuple[str, str, str, str]]:
+def kernel_lines(r: StageResult, width: int = 60) -> list[tuple[str, str, str, str, str]]:
+    """(per step, role[backend], µs/step, short name, launching op) per kernel; full names are in results.json."""
     rows = []
     for k in r.summary.kernels if r.summary else []:
-        name = k.name if len(k.name) <= width else k.name[: width - 1] + "…"
-        rows.append((f"{k.per_step:g}", k.role + (f"[{k.backend}]" if k.backend else ""), f"{k.time_us:.1f}", name))
+        op = " → ".join(k.origin.chain[:2]) if k.origin and k.origin.chain else "–"
+        rows.append((f"{k.per_step:g}", k.role + (f"[{k.backend}]" if k.backend else ""), f"{k.time_us:.1f}",
+                     short_name(k.name, width), op))
     return rows
 
 
-def print_terminal(results: list[StageResult], workload_label: str, note: str, on_gpu: bool) -> None:
-    table = Table(title=f"attnprof stages — {workload_label}", caption=note, caption_justify="left")
-    for h in HEADERS:
-        table.add_column(h, overflow="fold")
-    for r in results:
-        table.add_row(*_row(r), style=None if r.status == "ok" else "yellow")
-    out.print(table)
-    unit = "kernel" if on_gpu else "aten op"
-    for r in results:
-        if r.status != "ok":
-            continue
-        out.print(f"\n[bold]{r.variant}[/bold]: {fmt(r.summary.kernels_per_step, 'g')} {unit}s per step")
-        for per, role, us, name in kernel_lines(r):
-            out.print(f"  {per:>4} × {role:<26} {us:>9} µs  {name}", markup=False, highlight=False)
-        for note_line in r.unexpected:
-            out.print(f"  [yellow]! {note_line}[/yellow]")
-        for line in dispatch_lines(r):
-            out.print(f"  [red]! {line}[/red]" if not line.startswith("  ") else f"    {line.strip()}", markup=True,
-                      highlight=False)
-    lines = deltas(results)
-    if lines:
-        out.print("\n[bold]Stage to stage[/bold]")
-        for line in lines:
-            out.print(f"  {line}", markup=False)
+def print_terminal(results: list[StageResult], workload_label: str, note: str, on_gpu: bool, *,
+                   wide: bool = False) -> None:
+    """The terminal view (`report/stages_terminal.py`); the workload note was printed by the command already."""
+    from attnprof.report.stages_terminal import print_terminal as show
+
+    show(results, workload_label, on_gpu, wide=wide)
 
 
 def markdown(results: list[StageResult], workload_label: str, note: str, command: str, provenance: dict) -> str:
@@ -69,11 +72,11 @@ def markdown(results: list[StageResult], workload_label: str, note: str, command
         parts += [env_note(provenance), ""]
     parts += [md_table(HEADERS, [_row(r) for r in results]), ""]
     for r in results:
-        if r.status != "ok":
+        if not _ran(r):
             continue
-        parts += [f"## {r.variant}", "", md_table(["per step", "role", "µs/step", "name"],
-                                                  [list(x) for x in kernel_lines(r, width=200)]), ""]
-        parts += [f"- ⚠ {md_escape(line)}" for line in r.unexpected]
+        parts += [f"## {r.variant}", "", md_table(["per step", "role", "µs/step", "kernel", "launched by"],
+                                                  [list(x) for x in kernel_lines(r, width=80)]), ""]
+        parts += [f"- ⚠ {md_escape(line)}" for line in [lossy_line(r), *r.unexpected] if line]
         parts += [f"- ⚠ {md_escape(line.strip())}" for line in dispatch_lines(r)]
         parts += [f"- trace: `{r.trace}` (open in https://ui.perfetto.dev or chrome://tracing)", ""]
     parts += ["## Stage to stage", ""] + [f"- {md_escape(line)}" for line in deltas(results)] + [""]
@@ -92,7 +95,7 @@ def dispatch_lines(result: StageResult) -> list[str]:
 
 def deltas(results: list[StageResult]) -> list[str]:
     """Stage-to-stage changes in words, each ok stage against the previous ok one."""
-    ok = [r for r in results if r.status == "ok" and r.summary and r.timing]
+    ok = [r for r in results if _ran(r)]
     lines = []
     base = ok[0] if ok else None
     for prev, cur in zip(ok, ok[1:], strict=False):
@@ -123,7 +126,7 @@ def _kernel_phrase(k, base: StageResult | None) -> str:
 
 
 def _short(name: str, width: int = 60) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
+    return short_name(name, width)
 
 
 def results_json(workload, results: list[StageResult], provenance: dict, note: str) -> dict:

@@ -38,6 +38,13 @@ def print_terminal(report) -> None:
     if report.mask_rebuilt_every_step:
         verdict.append("the mask is rebuilt in every step: build it once, or pass is_causal=True")
     out.print("; ".join(verdict))
+    for cause in _causes(report):
+        out.print(f"[yellow]! {cause}[/yellow]", highlight=False)
+
+
+def _causes(report) -> list[str]:
+    """Unexpected kernels with the cause read from the op that launched them, once each over all steps."""
+    return list(dict.fromkeys(c for s in report.steps for c in s.causes))
 
 
 def markdown(report) -> str:
@@ -46,5 +53,6 @@ def markdown(report) -> str:
     lines = [f"# Trace: {report.path}", "", *[f"> {n}" for n in report.notes], "",
              md_table(_HEADERS, _step_rows(report)), "",
              f"Backends found: {', '.join(report.backends) or 'none'}. Mask rebuilt every step: "
-             f"{'yes' if report.mask_rebuilt_every_step else 'no'}."]
+             f"{'yes' if report.mask_rebuilt_every_step else 'no'}.", ""]
+    lines += [f"- ⚠ {c}" for c in _causes(report)]
     return "\n".join(lines) + "\n"
