@@ -8,7 +8,7 @@
 #   2. default: `attnprof stages` (the tutorial workload, 5 stages), wall time measured (goal < 30 s; it was 33.2 s).
 #   3. long:    the README's long run, 1x32x8192x128 bf16, 8 stages (-> docs/results/h200-stages/long-8192.*).
 # Writes $OUT/stages_story/{default,story,long}/{report.md,results.json} + one .log each (no traces: too big)
-# and $OUT/stages_story/times.txt. Budget <= 110 s (caps 42 + 38 + 30 s); a failing part does not stop the next.
+# and $OUT/stages_story/times.txt. Budget <= 210 s (caps 70 + 60 + 80 s); a failing part does not stop the next.
 set -u
 dest="${OUT:-/tmp/out}/stages_story"; mkdir -p "$dest"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH}
@@ -38,9 +38,9 @@ part() {  # part NAME TIMEOUT ARGS...: run one stages job, keep report.md + resu
   stamp "$name"
 }
 
-part story 42 --variants sdpa,flex,kernel,sageattention,naive-compiled
-part default 38
-part long 30 --batch 1 --heads 32 --seq 8192 --head-dim 128 --dtype bf16 \
+part story 70 --variants sdpa,flex,kernel,sageattention,naive-compiled
+part default 60
+part long 80 --batch 1 --heads 32 --seq 8192 --head-dim 128 --dtype bf16 \
   --variants naive,inplace,sdpa,sdpa-flash,sdpa-efficient,sdpa-cudnn,flex,kernel
 
 # one line per stage of the story run, for the lead's notes
