@@ -92,7 +92,10 @@ def run_stage(variant: Variant, workload: Workload, inputs: Inputs, reference: R
         r = _own_backend(r, variant.backend)
     watched = sorted({c.backend for c in r.calls})  # what SDPA really dispatched; else fused kernels by name
     summary_backends = r.summary.backends if r.summary else []
-    return StageResult(r, backend=",".join(watched or summary_backends) or variant.backend,
+    backend = ",".join(watched or summary_backends) or variant.backend
+    if variant.family == "third-party":  # the library that ran (`sageattention 1.0.6`), never our `kernel` label
+        backend = ",".join([variant.backend, *(b for b in watched if b != "kernel")])
+    return StageResult(r, backend=backend,
                        tflops=tflops(workload, r.timing.p50 / 1e3) if r.timing else None,
                        trace=_relative(r.trace, out_dir),
                        unexpected=tuple(_unexpected(r.summary)) if r.summary else (),
