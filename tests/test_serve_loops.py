@@ -168,3 +168,19 @@ def test_an_unbuildable_config_is_one_line_and_exit_2(capsys, tmp_path):
     assert code == 2 and len(err) == 1 and "transformers cannot build this config" in err[0], err
     assert "hidden size (30) is not a multiple" in err[0]
     assert not (tmp_path / "o" / "serve.json").exists()
+
+
+def test_an_impl_refused_in_static_batches_but_served_in_the_stream_is_not_called_not_run():
+    """The H200's production CB report (docs/results): sdpa-efficient is refused for GQA in a static batch but
+    served all 40 requests paged; the report must not head it as "Not run"."""
+    from pathlib import Path
+
+    from attnprof.report.serve_report import markdown
+
+    data = json.loads((Path(__file__).parents[1] / "docs/results/h200-serve/production-cb.json").read_text())
+    text = markdown(data)
+    assert "Not run:" not in text
+    assert "Refused in static batches, ran in continuous batching: sdpa-efficient" in text
+    data["production"]["continuous"]["results"] = [r for r in data["production"]["continuous"]["results"]
+                                                   if r["impl"] != "sdpa-efficient"]
+    assert "Not run: sdpa-efficient" in markdown(data)
