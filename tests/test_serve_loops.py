@@ -94,7 +94,7 @@ def test_a_failed_request_is_counted_in_the_vllm_metrics_with_its_reason():
 
 def test_steady_state_is_split_from_the_cold_part(capsys, tmp_path):
     code = main(TINY + ["--out", str(tmp_path / "o"), "--mode", "continuous", "--loop", "as-shipped", "--impls",
-                        "sdpa", "--requests", "6", "--rate", "40", "--prompt-median", "8", "--output-median", "3",
+                        "sdpa", "--requests", "6", "--rate", "2", "--prompt-median", "8", "--output-median", "3",
                         "--warmup-requests", "2"])
     capsys.readouterr()
     (r,) = json.loads((tmp_path / "o" / "serve.json").read_text())["continuous"]["results"]

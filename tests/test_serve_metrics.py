@@ -200,3 +200,15 @@ def test_steady_state_keeps_failures_in_every_phase():
     assert (s.steady_requests, s.steady_failed) == (4, 3)
     assert s.whole.failed == 3 and s.steady_latency.ttft_ms.n == 1
     assert s.to_json()["steady_failed"] == 3
+
+
+def test_a_steady_window_shorter_than_a_request_is_too_short_for_a_steady_state():
+    """Arrivals after the warm-up spanning less than a request's median end-to-end latency (the H200's 40-request
+    stream: 0.95 s against 1.2–3.4 s) give a reason, not numbers; a long enough window gives no reason."""
+    from attnprof.serving.continuous import _too_short
+
+    slow = [RequestTimeline(i, 10, 0.25 * i, (0.25 * i + 1.0, 0.25 * i + 2.0)) for i in range(5)]  # E2EL 2 s
+    split = split_warmup(slow, warmup_requests=1)  # window 0.25 → 1.0 s
+    assert "too short for a steady state" in _too_short(split, slow)
+    fast = [RequestTimeline(i, 10, 0.25 * i, (0.25 * i + 0.05, 0.25 * i + 0.1)) for i in range(5)]  # E2EL 0.1 s
+    assert _too_short(split_warmup(fast, warmup_requests=1), fast) is None
