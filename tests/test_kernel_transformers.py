@@ -75,6 +75,22 @@ def _child() -> dict:
                          "mismatches": greedy_mismatches(ref, prompt, tokens) if tokens else []})
     out["continuous"] = {"used": used, "after": ours.config._attn_implementation, "requests": requests,
                          "calls": dict(calls)}
+
+    # transformers' static cache (the production `generate` loop): every layer gets the whole preallocated cache and a
+    # bool mask; attnprof's adapter runs our kernel through flash_attn_with_kvcache over [leftpad, seqlen)
+    from attnprof.models.attention import register_variant
+
+    static = tiny_llama(torch.float16, register_variant(kernel_hub.kernel_variant()), ours)
+    calls.clear()
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14]]
+    ids = torch.tensor([prompts[0], [0] * 4 + prompts[1]])
+    mask = torch.tensor([[1] * 7, [0] * 4 + [1] * 3])
+    with torch.no_grad():
+        got = static.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0,
+                              eos_token_id=-1, cache_implementation="static")
+    rows = [got[i, 7:].tolist() for i in range(2)]
+    out["static"] = {"tokens": rows, "calls": dict(calls),
+                     "mismatches": [greedy_mismatches(ref, p, t) for p, t in zip(prompts, rows)]}
     return out
 
 
@@ -121,6 +137,16 @@ def test_continuous_batching_runs_on_our_varlen_kernel(child):
     for i, req in enumerate(r["requests"]):
         assert req["error"] is None and len(req["tokens"]) == 5, (i, req)
         assert not req["mismatches"], (i, req["mismatches"])
+
+
+def test_static_cache_generate_runs_our_kernel_over_the_cache_with_left_padding(child):
+    """The production `generate` loop's static cache: a bool mask over the whole cache went to a ValueError on the
+    H200 ("flash_attn_func takes no attention mask"); now flash_attn_with_kvcache takes each row's key range, the
+    left-padded row included, and the tokens are fp64's greedy ones."""
+    r = child["static"]
+    assert r["calls"].get("flash_attn_with_kvcache", 0) >= 2 * 4, r  # 2 layers × (prefill + 3 decode steps)
+    for tokens, bad in zip(r["tokens"], r["mismatches"]):
+        assert len(tokens) == 4 and not bad, r
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ Nothing falls back: an implementation that cannot run here comes back with `reje
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -132,12 +133,19 @@ def register_variant(variant: Variant) -> str:
         causal = attention_mask is None and bool(is_causal if is_causal is not None else
                                                  getattr(module, "is_causal", True))
         workload = _call_workload(query, key, attention_mask, causal)
+        cache = _cache_kernel(variant) if workload.mask == "bool" else None
+        if cache is not None:  # a bool mask over a KV cache (static cache): our kernel's flash_attn_with_kvcache
+            workload = dataclasses.replace(workload, mask="none", causal=True)
         key_ = (workload, query.requires_grad)
         if key_ not in verdicts:
             verdicts[key_] = variant.supports(workload)
         verdict = verdicts[key_]
         if not verdict.ok:
             raise ValueError(verdict.reason)
+        if cache is not None:
+            out = kernel_over_cache(cache, variant.name, query, key, value, attention_mask, scale)
+            check_output(variant.name, out.transpose(1, 2), query, " inside the model")
+            return out, None
         valid = attention_mask if attention_mask is not None and attention_mask.dtype == torch.bool else None
         out = variant.fn(Inputs(query, key, value, causal=causal, scale=scale, attn_mask=attention_mask, valid=valid))
         check_output(variant.name, out, query, " inside the model")
@@ -147,6 +155,48 @@ def register_variant(variant: Variant) -> str:
     AttentionInterface.register(name, forward)
     AttentionMaskInterface.register(name, sdpa_mask)
     return name
+
+
+def _cache_kernel(variant: Variant):
+    """The loaded kernel module when `variant` is a `kernel` variant whose repo has `flash_attn_with_kvcache`."""
+    spec = getattr(variant.fn, "kernel_spec", None)
+    if variant.family != "kernel" or spec is None:
+        return None
+    from attnprof.variants.kernel_hub import load
+
+    module = load(spec)
+    return module if callable(getattr(module, "flash_attn_with_kvcache", None)) else None
+
+
+def kernel_over_cache(module, name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Attention over a preallocated KV cache (transformers' static cache hands every layer the whole cache and a bool
+    mask) through `flash_attn_with_kvcache`: each sequence's valid keys are one range [leftpad, seqlen), read from
+    the last query's mask row with tensor ops only (no host sync: CUDA-graph capturable); the queries are the last
+    Sq positions, causal bottom-right. In eager calls the whole mask is checked against that form first; inside a
+    compiled graph it cannot be, so only batch 1 (no padding) is taken there. Returns `[B, Sq, Hq, D]`."""
+    b, _, sq, _ = query.shape
+    sk = key.shape[2]
+    if mask.shape[1] != 1:
+        raise ValueError(f"{name}: a per-head mask is not a KV-cache range")
+    row = mask[:, 0, -1, :]  # the last query sees [leftpad, seqlen)
+    leftpad = row.to(torch.int32).argmax(-1).to(torch.int32)
+    seqlen = (sk - row.flip(-1).to(torch.int32).argmax(-1)).to(torch.int32)
+    if torch.compiler.is_compiling():
+        if b != 1:
+            raise ValueError(f"{name}: a compiled batch of {b} over a KV cache: its mask cannot be checked inside "
+                             "the graph (left padding, holes); use batch 1 or continuous batching (paged)")
+    else:
+        pos = torch.arange(sk, device=mask.device)
+        last = seqlen[:, None] - sq + torch.arange(sq, device=mask.device)[None, :]  # [B, Sq] query positions
+        expect = (pos >= leftpad[:, None, None]) & (pos <= last[:, :, None])
+        if not torch.equal(expect, mask[:, 0].expand(b, sq, sk)):
+            raise ValueError(f"{name}: this mask is not one causal key range per sequence (a KV cache with left "
+                             "padding); flash_attn_with_kvcache cannot express it (try sdpa)")
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views; the kernel takes strides
+    out = module.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlen, cache_leftpad=leftpad,
+                                         softmax_scale=scale, causal=True)
+    return (out[0] if isinstance(out, tuple) else out).contiguous()
 
 
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
