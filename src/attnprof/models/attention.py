@@ -194,9 +194,17 @@ def kernel_over_cache(module, name: str, query: torch.Tensor, key: torch.Tensor,
             raise ValueError(f"{name}: this mask is not one causal key range per sequence (a KV cache with left "
                              "padding); flash_attn_with_kvcache cannot express it (try sdpa)")
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views; the kernel takes strides
-    out = module.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlen, cache_leftpad=leftpad,
-                                         softmax_scale=scale, causal=True)
+    out = _kvcache_call(module, q, k, v, seqlen, leftpad, scale)
     return (out[0] if isinstance(out, tuple) else out).contiguous()
+
+
+@torch.compiler.disable
+def _kvcache_call(module, q, k, v, seqlen, leftpad, scale):
+    """Outside the compiled graph: inductor failed to compile our Triton launcher inside `generate`'s
+    torch.compile on the H200 (InductorError in its compile subprocess). A graph break here keeps the rest of the
+    step compiled and CUDA-graphed, with this call launched between the graphs."""
+    return module.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlen, cache_leftpad=leftpad,
+                                         softmax_scale=scale, causal=True)
 
 
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
