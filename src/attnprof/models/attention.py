@@ -194,17 +194,34 @@ def kernel_over_cache(module, name: str, query: torch.Tensor, key: torch.Tensor,
             raise ValueError(f"{name}: this mask is not one causal key range per sequence (a KV cache with left "
                              "padding); flash_attn_with_kvcache cannot express it (try sdpa)")
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views; the kernel takes strides
-    out = _kvcache_call(module, q, k, v, seqlen, leftpad, scale)
-    return (out[0] if isinstance(out, tuple) else out).contiguous()
+    return _kvcache_call(module, q, k, v, seqlen, leftpad, scale)
 
 
-@torch.compiler.disable
+_CACHE_MODULES: list = []  # the kernel modules `_kvcache_op` calls, by index (a custom op takes no module object)
+
+
 def _kvcache_call(module, q, k, v, seqlen, leftpad, scale):
-    """Outside the compiled graph: inductor failed to compile our Triton launcher inside `generate`'s
-    torch.compile on the H200 (InductorError in its compile subprocess). A graph break here keeps the rest of the
-    step compiled and CUDA-graphed, with this call launched between the graphs."""
-    return module.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlen, cache_leftpad=leftpad,
-                                         softmax_scale=scale, causal=True)
+    """`module.flash_attn_with_kvcache` as one opaque op of torch.compile's graph (`attnprof::kvcache_attention`):
+    dynamo does not trace into the kernel's launcher, so there is no graph break per layer and inductor's CUDA graph
+    takes the launches with the rest of the step. (Traced through, the launcher failed to compile in inductor on the
+    H200; disabled, it broke the graph at every layer: 21.0 ms/token.)"""
+    if module not in _CACHE_MODULES:
+        _CACHE_MODULES.append(module)
+    return _kvcache_op(q, k, v, seqlen, leftpad, float(scale), _CACHE_MODULES.index(module))
+
+
+@torch.library.custom_op("attnprof::kvcache_attention", mutates_args=())
+def _kvcache_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlen: torch.Tensor, leftpad: torch.Tensor,
+                scale: float, module: int) -> torch.Tensor:
+    out = _CACHE_MODULES[module].flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlen, cache_leftpad=leftpad,
+                                                         softmax_scale=scale, causal=True)
+    out = out[0] if isinstance(out, tuple) else out
+    return out.contiguous()  # fresh from the kernel; contiguous as the fake below says
+
+
+@_kvcache_op.register_fake
+def _(q, k, v, seqlen, leftpad, scale, module):
+    return q.new_empty(q.shape)  # [B, Sq, Hq, D], contiguous
 
 
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
