@@ -120,6 +120,7 @@ def register_variant(variant: Variant) -> str:
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     verdicts: dict[tuple, object] = {}  # one supports() per distinct call envelope, not per layer and step
+    cache_kernel = _cache_kernel(variant)  # loaded and registered here, outside any compiled region
 
     def forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                 is_causal: bool | None = None, **kwargs):
@@ -133,7 +134,7 @@ def register_variant(variant: Variant) -> str:
         causal = attention_mask is None and bool(is_causal if is_causal is not None else
                                                  getattr(module, "is_causal", True))
         workload = _call_workload(query, key, attention_mask, causal)
-        cache = _cache_kernel(variant) if workload.mask == "bool" else None
+        cache = cache_kernel if workload.mask == "bool" else None
         if cache is not None:  # a bool mask over a KV cache (static cache): our kernel's flash_attn_with_kvcache
             workload = dataclasses.replace(workload, mask="none", causal=True)
         key_ = (workload, query.requires_grad)
@@ -165,7 +166,10 @@ def _cache_kernel(variant: Variant):
     from attnprof.variants.kernel_hub import load
 
     module = load(spec)
-    return module if callable(getattr(module, "flash_attn_with_kvcache", None)) else None
+    if not callable(getattr(module, "flash_attn_with_kvcache", None)):
+        return None
+    register_cache_kernel(module)
+    return module
 
 
 def kernel_over_cache(module, name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -200,13 +204,21 @@ def kernel_over_cache(module, name: str, query: torch.Tensor, key: torch.Tensor,
 _CACHE_MODULES: list = []  # the kernel modules `_kvcache_op` calls, by index (a custom op takes no module object)
 
 
+def register_cache_kernel(module) -> int:
+    """Make `module.flash_attn_with_kvcache` callable through `attnprof::kvcache_attention`; its index. Call it
+    outside torch.compile: a list appended inside a compiled region is only appended after the graph ran."""
+    if module not in _CACHE_MODULES:
+        _CACHE_MODULES.append(module)
+    return _CACHE_MODULES.index(module)
+
+
 def _kvcache_call(module, q, k, v, seqlen, leftpad, scale):
     """`module.flash_attn_with_kvcache` as one opaque op of torch.compile's graph (`attnprof::kvcache_attention`):
     dynamo does not trace into the kernel's launcher, so there is no graph break per layer and inductor's CUDA graph
     takes the launches with the rest of the step. (Traced through, the launcher failed to compile in inductor on the
     H200; disabled, it broke the graph at every layer: 21.0 ms/token.)"""
     if module not in _CACHE_MODULES:
-        _CACHE_MODULES.append(module)
+        raise RuntimeError("kernel_over_cache: register_cache_kernel(module) first, outside torch.compile")
     return _kvcache_op(q, k, v, seqlen, leftpad, float(scale), _CACHE_MODULES.index(module))
 
 
