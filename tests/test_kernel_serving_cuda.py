@@ -157,6 +157,35 @@ def test_decode_step_replays_in_a_cuda_graph_with_changing_lengths(mod):
         _within_rule(check.result())
 
 
+def test_static_cache_decode_runs_under_compile_reduce_overhead(mod):
+    """transformers' production `generate` (static cache, torch.compile mode="reduce-overhead"): our call is the custom
+    op attnprof::kvcache_attention inside inductor's CUDA-graph tree. On the H200 the split-merge counters, first made
+    inside the tree's warm-up, were an untracked allocation of its pool (RuntimeError); the ring is made fresh here."""
+    import importlib
+
+    from attnprof.models.attention import kernel_over_cache, register_variant
+
+    importlib.import_module(mod.__name__ + "._splits")._rings.clear()  # as in a fresh process
+    register_variant(kernel_hub.kernel_variant())
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16, generator=g)  # [B, Hq, Sq, D]
+    k, v = (torch.randn(1, 8, 4096, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    mask = torch.zeros(1, 1, 1, 4096, dtype=torch.bool, device="cuda")
+    step = lambda q, k, v, mask: kernel_over_cache(mod, "kernel", q, k, v, mask, 128 ** -0.5)  # noqa: E731
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    for n in (3000, 3001, 17, 4096):  # the graph replays with the mask (the cache length) changing
+        mask.zero_()
+        mask[..., :n] = True
+        got = compiled(q, k, v, mask).clone()
+        want = torch.nn.functional.scaled_dot_product_attention(q.double(), k[:, :, :n].double(), v[:, :, :n].double(),
+                                                                enable_gqa=True).transpose(1, 2)
+        eager = torch.nn.functional.scaled_dot_product_attention(q, k[:, :, :n], v[:, :, :n],
+                                                                 enable_gqa=True).transpose(1, 2)
+        err = ((got.double() - want).norm() / want.norm()).item()
+        base = ((eager.double() - want).norm() / want.norm()).item()
+        assert err <= 2 * base + 1e-6, (n, err, base)
+
+
 def test_no_host_sync_inside_a_call(mod):
     case = ([3000, 10], 4096, 32, 8, 128, "bf16", 64, 1, True, {})
     q, kc, vc, kn, vn, seqlens, table, *_ = _kvcache_case(case, seed=3)

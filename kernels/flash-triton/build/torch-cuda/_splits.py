@@ -129,7 +129,29 @@ def counters(device: torch.device, n: int) -> torch.Tensor:
         if n > _RING_SIZE or (ring is None and capturing):
             return torch.zeros(n, dtype=torch.int32, device=device)
         if ring is None:
-            ring = _rings[device] = [torch.zeros(_RING_SIZE, dtype=torch.int32, device=device), 0]
+            ring = _rings[device] = [_zeros_outside_graph_pools(device), 0]
         start = ring[1] if ring[1] + n <= _RING_SIZE else 0
         ring[1] = start + n
         return ring[0][start:start + n]
+
+
+def _zeros_outside_graph_pools(device: torch.device) -> torch.Tensor:
+    """The ring, allocated on a helper thread. torch.compile's CUDA-graph trees warm a graph up with this thread's
+    allocations routed into the graph's private pool; a ring made there and kept alive here is an allocation the tree
+    does not track ("Detected 1 tensor(s) in the cudagraph pool not tracked as outputs", seen on the H200). Another
+    thread allocates from the ordinary pool; it waits for its memset, so any stream may use the zeros at once."""
+    if device.type != "cuda":
+        return torch.zeros(_RING_SIZE, dtype=torch.int32, device=device)
+    made: list = []
+
+    def make() -> None:
+        with torch.cuda.device(device):
+            made.append(torch.zeros(_RING_SIZE, dtype=torch.int32, device=device))
+            torch.cuda.current_stream(device).synchronize()
+
+    worker = threading.Thread(target=make, name="flash-triton-ring")
+    worker.start()
+    worker.join()
+    if not made:
+        raise RuntimeError(f"flash-triton: could not allocate the split-merge counters on {device}")
+    return made[0]
