@@ -92,6 +92,24 @@ def _child() -> dict:
     out["static"] = {"tokens": rows, "calls": dict(calls),
                      "mismatches": [greedy_mismatches(ref, p, t) for p, t in zip(prompts, rows)]}
 
+    # the same loop compiled, as `serve --loop production` runs it (dynamo with the eager backend: the CPU has no CUDA
+    # graphs): one graph per step, batch 1 (its prefill comes with no mask: SDPA's top-left is_causal over the whole
+    # cache, which the adapter took bottom-right and read unwritten keys: token 0 was wrong). On the H200 a Workload made while tracing broke the graph in every layer, and the
+    # cache update's per-layer recompiles hit dynamo's limit, so the step ran uncompiled (22.5 ms/token).
+    from torch._dynamo.utils import counters as dynamo_counters
+    from transformers import CompileConfig
+
+    torch._dynamo.reset()
+    dynamo_counters.clear()
+    config = CompileConfig(backend="eager", fullgraph=False)
+    config._compile_all_devices = True  # transformers compiles only on accelerators unless told
+    with torch.no_grad():
+        got = static.generate(ids[:1], attention_mask=mask[:1], max_new_tokens=4, do_sample=False, pad_token_id=0,
+                              eos_token_id=-1, cache_implementation="static", compile_config=config)
+    row = got[0, 7:].tolist()
+    out["static_compiled"] = {"tokens": row, "graph_breaks": dict(dynamo_counters["graph_break"]),
+                              "mismatches": greedy_mismatches(ref, prompts[0], row)}
+
     # the production loop compiles the decode step: our call over the cache must be one op of that graph (fullgraph
     # raises on a graph break; aot_eager runs the op's fake on the way), and give the eager call's answer
     from attnprof.models.attention import kernel_over_cache
@@ -169,6 +187,12 @@ def test_static_cache_generate_runs_our_kernel_over_the_cache_with_left_padding(
     assert r["calls"].get("flash_attn_with_kvcache", 0) >= 2 * 4, r  # 2 layers × (prefill + 3 decode steps)
     for tokens, bad in zip(r["tokens"], r["mismatches"]):
         assert len(tokens) == 4 and not bad, r
+
+
+def test_compiled_static_cache_generate_has_no_graph_break(child):
+    r = child["static_compiled"]
+    assert not r["graph_breaks"], r
+    assert not r["mismatches"] and r["tokens"] == child["static"]["tokens"][0], r  # fp64's greedy tokens
 
 
 def test_our_cache_call_is_one_op_of_a_compiled_graph(child):

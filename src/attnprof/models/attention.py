@@ -26,7 +26,6 @@ Nothing falls back: an implementation that cannot run here comes back with `reje
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -119,8 +118,15 @@ def register_variant(variant: Variant) -> str:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    verdicts: dict[tuple, object] = {}  # one supports() per distinct call envelope, not per layer and step
     cache_kernel = _cache_kernel(variant)  # loaded and registered here, outside any compiled region
+    refusals: dict[tuple, str | None] = {}  # one supports() per distinct call envelope, not per layer and step
+
+    @torch.compiler.assume_constant_result  # under torch.compile: decided while tracing, no Workload in the graph
+    def refusal(envelope: tuple) -> str | None:
+        if envelope not in refusals:
+            verdict = variant.supports(_envelope_workload(envelope))
+            refusals[envelope] = None if verdict.ok else verdict.reason
+        return refusals[envelope]
 
     def forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                 is_causal: bool | None = None, **kwargs):
@@ -133,16 +139,21 @@ def register_variant(variant: Variant) -> str:
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         causal = attention_mask is None and bool(is_causal if is_causal is not None else
                                                  getattr(module, "is_causal", True))
-        workload = _call_workload(query, key, attention_mask, causal)
-        cache = cache_kernel if workload.mask == "bool" else None
+        if causal and attention_mask is None and key.shape[2] > query.shape[2] > 1:
+            # transformers drops the mask here only where SDPA's is_causal (top-left aligned) is right: a static
+            # cache's first call (prefill), whose keys past Sq are not written yet. Top-left over Sk keys = causal over
+            # the first Sq; taken bottom-right (flash's rule) over all Sk, the queries read the unwritten keys.
+            key, value = key[:, :, :query.shape[2]], value[:, :, :query.shape[2]]
+        kind = "none" if attention_mask is None else "bool" if attention_mask.dtype == torch.bool else "additive"
+        cache = cache_kernel if kind == "bool" else None
         if cache is not None:  # a bool mask over a KV cache (static cache): our kernel's flash_attn_with_kvcache
-            workload = dataclasses.replace(workload, mask="none", causal=True)
-        key_ = (workload, query.requires_grad)
-        if key_ not in verdicts:
-            verdicts[key_] = variant.supports(workload)
-        verdict = verdicts[key_]
-        if not verdict.ok:
-            raise ValueError(verdict.reason)
+            kind, causal = "none", True
+        # plain ints and strings only: dynamo cannot keep a Workload (a frozen dataclass made while tracing) alive
+        envelope = (*(int(n) for n in query.shape), int(key.shape[1]), int(key.shape[2]), str(query.dtype),
+                    bool(causal), kind, str(query.device), bool(query.requires_grad))
+        reason = refusal(envelope)
+        if reason is not None:
+            raise ValueError(reason)
         if cache is not None:
             out = kernel_over_cache(cache, variant.name, query, key, value, attention_mask, scale)
             check_output(variant.name, out.transpose(1, 2), query, " inside the model")
@@ -239,9 +250,9 @@ def _(q, k, v, seqlen, leftpad, scale, module):
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
-def _call_workload(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> Workload:
-    """One attention call of the model as a `Workload` (shapes, dtype, mask kind, device)."""
-    b, hq, sq, d = query.shape
-    kind = "none" if mask is None else "bool" if mask.dtype == torch.bool else "additive"
-    return Workload(batch=b, heads=hq, kv_heads=key.shape[1], seq=sq, kv_seq=key.shape[2], head_dim=d,
-                    dtype=_DTYPE_NAMES.get(query.dtype, "fp32"), causal=causal, mask=kind, device=str(query.device))
+def _envelope_workload(envelope: tuple) -> Workload:
+    """One attention call of the model (its envelope: shapes, dtype, causal, mask kind, device) as a `Workload`."""
+    b, hq, sq, d, hkv, sk, dtype, causal, kind, device, _grad = envelope
+    names = {str(k): v for k, v in _DTYPE_NAMES.items()}
+    return Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype=names.get(dtype, "fp32"),
+                    causal=causal, mask=kind, device=device)
