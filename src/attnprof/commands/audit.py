@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.report.render import err, progress
     from attnprof.workload import dtype_name, resolve_device
 
+    if args.kernel is not None:
+        from attnprof.commands.common import kernel_from_args
+
+        kernel_from_args(args)  # a --kernel mistake is reported as such, before the device is looked at
     if args.require is not None and args.require not in REQUIRE:
         raise UsageError(f"--require {args.require!r} is not a backend rule; choose one of {', '.join(REQUIRE)}")
     if args.phase is not None or args.measure or args.require == "measured" or args.pin:
@@ -126,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
     write_json(folder / "audit.json", data)
     write_atomic(folder / "audit.md", markdown(data))
     print_terminal(data)
+    from attnprof.files import commit_folder
+
+    folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"report: {folder}/audit.json, audit.md")
     emit_json(args, {"schema": data["schema"], "out": str(folder), "mode": data["mode"], "preferred": preferred,
                      "calls": len(rows), "fell_back": sum(1 for r in rows if r["fell_back"]),

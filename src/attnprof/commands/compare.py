@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
             "a": str(results_path(args.a)), "b": str(results_path(args.b)), "min_change": args.min_change,
             "regressions": len(regressions), "cells": [p.to_json() for p in pairs]}
     write_json(folder / "compare.json", data)
+    from attnprof.files import commit_folder
+
+    folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"compare: {folder}/compare.json")
     counts = {v: sum(p.verdict == v for p in pairs) for v in dict.fromkeys(p.verdict for p in pairs)}
     out.print(" · ".join(f"{v}: {n}" for v, n in counts.items()))

@@ -85,9 +85,12 @@ def run(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     plan = make_plan(args, device)
+    from attnprof.validate import check_model_fits
+
+    check_model_fits(plan["config"], plan["dtype"], device, plan["model"])  # before any weight is allocated
     impls = resolve_impls(args.impls, device, config=plan["config"], dtype=plan["dtype"],
                           context=max(plan.get("context") or [plan.get("decode_context") or 1024]))
-    folder = out_dir(args, "serve")
+    folder = out_dir(args, "serve", keep_partial=True)  # an interrupted run keeps serve.partial.json
     partial = folder / f"{args.stem}.partial.json"  # the rows so far, named as partial; removed when complete
 
     def checkpoint(rows: dict) -> None:
@@ -108,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
     write_atomic(folder / f"{stem}.md", serve_report.markdown(data))
     partial.unlink(missing_ok=True)
     serve_report.print_terminal(data)
+    from attnprof.files import commit_folder
+
+    folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"report: {folder}/{stem}.json, {stem}.md" + "".join(f", {p.name}" for p in pictures))
     emit_json(args, serve_report.json_line(data, folder))
     failed = errors(data)

@@ -104,8 +104,16 @@ def _run(args: argparse.Namespace, executor) -> int:
         raise UsageError("--k must be positive")
     if args.model:
         from attnprof.models import load_config
+        from attnprof.validate import check_model_fits
 
-        load_config(args.model)  # an unknown preset fails now, before any work
+        config = load_config(args.model)  # an unknown preset or an impossible config fails now, before any work
+        check_model_fits(config, "fp32", device, args.model)  # the fp32 eager reference is the largest copy
+    for flag, value in (("--model-batch", args.model_batch), ("--model-seq", args.model_seq),
+                        ("--decode-tokens", args.decode_tokens)):
+        if value < 1:
+            raise UsageError(f"{flag} is {value}; it must be at least 1")
+    if args.min_prefix is not None and args.min_prefix < 0:
+        raise UsageError("--min-prefix must be >= 0")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31 - 10_000)
     err.print(f"[dim]seed {seed} (pass --seed {seed} to reproduce)[/dim]")
     folder = out_dir(args, "verify")
@@ -126,6 +134,9 @@ def _run(args: argparse.Namespace, executor) -> int:
     command = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     write_json(folder / "verify.json", data)
     write_atomic(folder / "verify.md", markdown(data, command))
+    from attnprof.files import commit_folder
+
+    folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"report: {folder}/verify.json, verify.md")
     emit_json(args, {"schema": SCHEMA, "out": str(folder), "ok": data["ok"], "seed": seed, "failures": failures,
                      "kernel": {n: s["status"] for n, s in (data["kernel"] or {}).get("summary", {}).items()},
@@ -145,6 +156,9 @@ def _cases(args, device: str, dtype: str):
 
     if any(getattr(args, f) is not None for f in _WORKLOAD_FLAGS):
         workload, why = workload_from_args(argparse.Namespace(**{**vars(args), "dtype": dtype}))
+        from attnprof.validate import check_workload_fits
+
+        check_workload_fits(workload)
         return [Case("given", workload, why)]
     return cases_for(device, dtype, args.cases)
 

@@ -1,0 +1,207 @@
+"""Issue 18, part B: validation up front, no leftovers, output for people.
+
+Impossible model configs, workloads larger than the device and `--kernel` mistakes are one line + exit 2 before any
+work (and before "no CUDA device" could hide them); no exit-2 path or interrupt leaves a folder that looks done;
+`bench --resume` refuses another grid; terminal tables fit 80 columns unless `--wide`. All in-process, tiny shapes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnprof.cli import main
+
+TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--seq", "16", "--head-dim", "8", "--dtype", "fp32"]
+
+
+def one_line_exit_2(capsys, argv: list[str], *says: str) -> str:
+    code = main(argv)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "attnprof: error" in line]
+    assert code == 2, err
+    assert len(err) == 1, err
+    for text in says:
+        assert text in err[0], err[0]
+    assert "Traceback" not in err[0]
+    return err[0]
+
+
+def nothing_left(folder: Path) -> None:
+    """Neither the folder nor a temporary sibling of it."""
+    assert not folder.exists()
+    if folder.parent.exists():
+        assert not [p for p in folder.parent.iterdir() if p.name.startswith(f".{folder.name}.")]
+
+
+# --- 1. model configs, validated before transformers divides by zero or allocates 10^12 parameters --------------
+
+LLAMA = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=64, max_position_embeddings=128)
+BAD = {
+    "zero-heads": ({"num_attention_heads": 0}, "at least one attention head"),
+    "indivisible": ({"hidden_size": 66}, "not divisible by num_attention_heads"),
+    "negative-layers": ({"num_hidden_layers": -2}, "at least one layer"),
+    "kv-not-dividing": ({"num_key_value_heads": 3}, "does not divide num_attention_heads"),
+    "string-heads": ({"num_attention_heads": "four"}, "not an integer"),
+    "huge": ({"hidden_size": 16384, "intermediate_size": 53248, "num_hidden_layers": 1000, "num_attention_heads": 128,
+              "num_key_value_heads": 8, "vocab_size": 128256}, "GiB, the device (cpu) has"),
+}
+
+
+def config_file(tmp_path: Path, change: dict) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA, **change}))
+    return path
+
+
+@pytest.mark.parametrize("case", list(BAD))
+@pytest.mark.parametrize("command", ["audit", "verify", "serve"])
+def test_impossible_model_config_is_one_line(tmp_path, capsys, command, case):
+    change, says = BAD[case]
+    out = tmp_path / "out"
+    line = one_line_exit_2(capsys, [command, "--model", str(config_file(tmp_path, change)), "--device", "cpu",
+                                    "--out", str(out)], says)
+    assert "config.json" in line or "model" in line
+    nothing_left(out)
+
+
+def test_a_sound_config_still_builds(tmp_path):
+    from attnprof.models import build_model
+
+    model = build_model(str(config_file(tmp_path, {})))
+    assert model.config.num_attention_heads == 4
+
+
+# --- 2. workload sizes against the device's memory ------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags", [["--seq", "1000000"], ["--batch", "1000000000000"]])
+def test_stages_too_large_for_the_device_is_exit_2(tmp_path, capsys, monkeypatch, flags):
+    monkeypatch.chdir(tmp_path)  # the default attnprof-report/ must not appear either
+    one_line_exit_2(capsys, ["stages", "--device", "cpu", *flags], "GiB, the device (cpu) has")
+    assert not (tmp_path / "attnprof-report").exists()
+
+
+def test_naive_score_matrix_beyond_ram_names_the_variants(capsys, monkeypatch):
+    from attnprof import validate
+
+    monkeypatch.setattr(validate, "device_memory", lambda device: (64 * 1024**2, "available RAM"))  # 64 MiB
+    line = one_line_exit_2(capsys, ["stages", "--device", "cpu", "--batch", "1", "--heads", "2", "--seq", "4096",
+                                    "--head-dim", "8", "--variants", "naive,sdpa"], "naive", "score matrix")
+    assert "sdpa" not in line.split("needs")[0]
+
+
+def test_bench_cell_too_large_is_exit_2(tmp_path, capsys):
+    one_line_exit_2(capsys, ["bench", "--device", "cpu", "--variants", "sdpa", "--seq", "16", "--batch",
+                             "1000000000000", "--heads", "2", "--head-dim", "8", "--out", str(tmp_path / "b")], "GiB")
+    nothing_left(tmp_path / "b")
+
+
+@pytest.mark.parametrize("flag", ["--model-seq", "--model-batch", "--decode-tokens"])
+def test_verify_model_sizes_must_be_positive(tmp_path, capsys, flag):
+    one_line_exit_2(capsys, ["verify", "--model", "tiny-llama", "--device", "cpu", flag, "0",
+                             "--out", str(tmp_path / "v")], flag)
+    nothing_left(tmp_path / "v")
+
+
+# --- 3. no leftovers ------------------------------------------------------------------------------------------------
+
+def test_exit_2_after_the_folder_was_opened_leaves_nothing(tmp_path, capsys, monkeypatch):
+    """An error found late (here: the sweep's own check) removes the folder and the default parent made for it."""
+    import attnprof.stages
+    from attnprof.errors import UsageError
+
+    def late(workload, variants, folder, **kw):
+        (folder / "traces").mkdir()
+        (folder / "traces" / "naive.json").write_text("{}")
+        raise UsageError("found late")
+
+    monkeypatch.setattr(attnprof.stages, "run_stages", late)
+    monkeypatch.chdir(tmp_path)
+    one_line_exit_2(capsys, ["stages", *TINY, "--variants", "sdpa"], "found late")
+    assert not (tmp_path / "attnprof-report").exists()
+
+
+def test_interrupted_stages_leaves_nothing(tmp_path, capsys, monkeypatch):
+    import attnprof.stages
+
+    def interrupted(workload, variants, folder, **kw):
+        (folder / "traces").mkdir()
+        (folder / "traces" / "naive.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(attnprof.stages, "run_stages", interrupted)
+    out = tmp_path / "s"
+    assert main(["stages", *TINY, "--variants", "sdpa", "--out", str(out)]) == 130
+    nothing_left(out)
+
+
+def test_stages_writes_its_folder_complete(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["stages", *TINY, "--variants", "sdpa", "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} >= {"results.json", "report.md", "traces"}
+    assert not (out / "INCOMPLETE").exists()
+    nothing_left(tmp_path / "absent")
+    assert [p.name for p in tmp_path.iterdir()] == ["s"]  # no temporary sibling left
+    assert str(out) in capsys.readouterr().err  # the message names the final folder, not the temporary one
+
+
+def test_interrupted_bench_is_marked_incomplete_and_resumes(tmp_path, capsys, monkeypatch):
+    import attnprof.bench.sweep as sweep
+
+    real = sweep.run_sweep
+
+    def stop_after_first(cells, path, **kw):
+        def on_cell(i, n, cell, phase):
+            if phase != "start":
+                raise KeyboardInterrupt
+        return real(cells, path, **{**kw, "on_cell": on_cell})
+
+    grid = ["bench", "--device", "cpu", "--variants", "naive,sdpa", "--seq", "16", "--batch", "1", "--heads", "2",
+            "--head-dim", "8", "--reps", "5", "--warmup", "0", "--out", str(tmp_path / "b")]
+    monkeypatch.setattr(sweep, "run_sweep", stop_after_first)
+    assert main(grid) == 130
+    assert "INCOMPLETE" in capsys.readouterr().err
+    assert (tmp_path / "b" / "INCOMPLETE").is_file()
+    assert len((tmp_path / "b" / "results.jsonl").read_text().splitlines()) == 1
+    monkeypatch.setattr(sweep, "run_sweep", real)
+    # another grid is refused, in one line, and the folder stays as it was
+    one_line_exit_2(capsys, [*grid[:-2], "--seq", "32", "--out", str(tmp_path / "b"), "--resume"],
+                    "another grid")
+    assert len((tmp_path / "b" / "results.jsonl").read_text().splitlines()) == 1
+    assert main([*grid, "--resume"]) == 0
+    assert len((tmp_path / "b" / "results.jsonl").read_text().splitlines()) == 2
+    assert not (tmp_path / "b" / "INCOMPLETE").exists()
+
+
+def test_resume_of_an_older_sweep_without_grid_file_checks_its_rows(tmp_path, capsys):
+    grid = ["bench", "--device", "cpu", "--variants", "sdpa", "--seq", "16", "--batch", "1", "--heads", "2",
+            "--head-dim", "8", "--reps", "5", "--warmup", "0", "--out", str(tmp_path / "b")]
+    assert main(grid) == 0
+    (tmp_path / "b" / "results.grid.json").unlink()
+    one_line_exit_2(capsys, [*grid[:5], "--seq", "32", *grid[7:], "--resume"], "not in this grid")
+
+
+# --- 4. --kernel mistakes before the device check ------------------------------------------------------------------
+
+def kernel_cases(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    empty = tmp_path / "not-a-repo"
+    empty.mkdir()
+    bad = tmp_path / "bad-meta"
+    (bad / "build" / "torch-universal").mkdir(parents=True)
+    (bad / "build" / "torch-universal" / "metadata.json").write_text("{not json")
+    return {"not-a-repo": (["--kernel", str(empty)], "no build/"),
+            "bad-metadata": (["--kernel", str(bad)], "metadata.json"),
+            "hub-untrusted": (["--kernel", "some-org/flash@1"], "--trust-remote-kernel")}
+
+
+@pytest.mark.parametrize("case", ["not-a-repo", "bad-metadata", "hub-untrusted"])
+@pytest.mark.parametrize("command", ["stages", "verify"])
+def test_kernel_mistakes_come_before_no_cuda(tmp_path, capsys, monkeypatch, command, case):
+    monkeypatch.delenv("LOCAL_KERNELS", raising=False)
+    flags, says = kernel_cases(tmp_path)[case]
+    line = one_line_exit_2(capsys, [command, "--device", "cuda", "--variants", "kernel", *flags,
+                                    "--out", str(tmp_path / "o")], says)
+    assert "CUDA" not in line
+    nothing_left(tmp_path / "o")
