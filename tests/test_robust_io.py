@@ -205,3 +205,80 @@ def test_kernel_mistakes_come_before_no_cuda(tmp_path, capsys, monkeypatch, comm
                                     "--out", str(tmp_path / "o")], says)
     assert "CUDA" not in line
     nothing_left(tmp_path / "o")
+
+
+# --- 6. terminal tables fit 80 columns; --wide prints every column --------------------------------------------------
+
+def printed(capsys, argv: list[str], code: int = 0) -> list[str]:
+    assert main(argv) == code
+    return capsys.readouterr().out.splitlines()
+
+
+def fits_80(lines: list[str]) -> None:
+    too_wide = [line for line in lines if len(line.rstrip()) > 80]
+    assert not too_wide, "\n".join(too_wide)
+
+
+@pytest.fixture(scope="module")
+def two_sweeps(tmp_path_factory) -> tuple[Path, Path]:
+    """Two real tiny sweeps (one with a rejected cell) for bench's and compare's tables."""
+    from attnprof.bench.spec import Cell
+    from attnprof.bench.sweep import run_sweep
+    from attnprof.variants import VARIANTS
+    from attnprof.workload import Workload
+
+    folder = tmp_path_factory.mktemp("tables")
+    cells = [Cell(VARIANTS[v], Workload(batch=1, heads=2, seq=s, head_dim=8)) for s in (16, 32)
+             for v in ("naive", "sdpa", "kernel")]
+    paths = folder / "a.jsonl", folder / "b.jsonl"
+    for path in paths:
+        run_sweep(cells, path, reps=5, warmup=0)
+    return paths
+
+
+def test_bench_table_fits_80_columns_and_wide_has_all(tmp_path, capsys):
+    grid = ["bench", "--device", "cpu", "--variants", "naive,sdpa,kernel", "--seq", "16", "--batch", "1",
+            "--heads", "2", "--head-dim", "8", "--reps", "5", "--warmup", "0"]
+    lines = printed(capsys, [*grid, "--out", str(tmp_path / "a")])
+    fits_80(lines)
+    text = "\n".join(lines)
+    assert "× naive" in text and "not shown" in text
+    assert "kernel on 1x2x16x8 fp32 causal: rejected: kernel:" in " ".join(text.split())  # the reason, below
+    wide = "\n".join(printed(capsys, [*grid, "--out", str(tmp_path / "b"), "--wide"]))
+    for header in ("% matmul", "peak MiB", "reason"):
+        assert header in wide
+
+
+def test_compare_table_fits_80_columns(two_sweeps, tmp_path, capsys):
+    a, b = two_sweeps
+    lines = printed(capsys, ["compare", str(a), str(b), "--out", str(tmp_path / "c")])
+    fits_80(lines)
+    assert any("verdict" in line for line in lines)
+    wide = "\n".join(printed(capsys, ["compare", str(a), str(b), "--out", str(tmp_path / "d"), "--wide"]))
+    assert "p20–p80" in wide and "why" in wide
+
+
+def test_trace_table_fits_80_columns(tmp_path, capsys):
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    path = tmp_path / "trace.json"
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(2):
+            with record_function(f"attnprof.step.{i}"):
+                mask = torch.ones(16, 16).triu(1).bool()
+                ((q @ k.transpose(-1, -2)).masked_fill(mask, float("-inf"))).softmax(-1) @ v
+    prof.export_chrome_trace(str(path))
+    lines = printed(capsys, ["trace", str(path)])
+    fits_80(lines)
+    assert any("attnprof.step.0" in line for line in lines)
+    assert "by role" in "\n".join(printed(capsys, ["trace", str(path), "--wide"]))
+
+
+def test_verify_tables_fit_80_columns(tmp_path, capsys):
+    lines = printed(capsys, ["verify", "--device", "cpu", "--variants", "sdpa,sdpa-math", "--dtype", "fp32",
+                             "--seed", "1", "--out", str(tmp_path / "v")])
+    fits_80(lines)
+    text = "\n".join(lines)
+    assert "sdpa-math" in text and "✓" in text and "fully-masked" in text  # every case, in blocks

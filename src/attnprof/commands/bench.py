@@ -38,6 +38,8 @@ def register(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue the sweep in --out, skipping finished cells")
     p.add_argument("--reps", type=int, default=20, help="timed calls per cell (default 20, min 5)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (default 3)")
+    p.add_argument("--wide", action="store_true",
+                   help="every column in the terminal table (default: a summary that fits 80 columns)")
     p.add_argument("--measure-ceilings", action="store_true", help="measure the ceilings first if none are cached")
     c = p.add_argument_group("cluster (Ray; pip install 'attnprof[cluster]')")
     c.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
@@ -124,7 +126,7 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
     for note in summary.notes:
         err.print(f"[yellow]{note}[/yellow]")
     rows = with_speedups(summary.rows)
-    T.print_terminal(rows, f"{device} via Ray" if on_ray else device)
+    T.print_terminal(rows, f"{device} via Ray" if on_ray else device, wide=args.wide)
     counts = summary.counts()
     err.print(f"results: {path} ({summary.ran} cells run, {summary.skipped} already done; "
               + ", ".join(f"{k} {v}" for k, v in counts.items()) + f"); pictures: attnprof report {path.parent}")

@@ -22,6 +22,7 @@ def register(sub) -> None:
                    help="smallest relative change of the median that counts (default 0.05 = 5%%)")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any cell regressed")
     add_output_args(p)
+    p.add_argument("--wide", action="store_true", help="every column in the terminal table (default: 80 columns)")
     p.set_defaults(handler=run)
 
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     pairs = compare(rows_a, rows_b, min_change=args.min_change)
     if not any(p.a and p.b for p in pairs):
         raise UsageError(f"{results_path(args.a)} and {results_path(args.b)} share no cell (variant + workload)")
-    print_pairs(pairs, results_path(args.a), results_path(args.b), rows_a, rows_b)
+    print_pairs(pairs, results_path(args.a), results_path(args.b), rows_a, rows_b, wide=args.wide)
     regressions = [p for p in pairs if p.verdict == "regression"]
     folder = out_dir(args, "compare")
     data = {"schema": "attnprof.compare/1", "provenance": provenance("cpu", seed=None),

@@ -35,6 +35,7 @@ def register(sub) -> None:
     g.add_argument("--masked-rows", choices=("zeros", "report"), default="zeros",
                    help="rows that see no key: must be zeros (default) or only reported")
     g.add_argument("--cases", help="comma-separated subset of the default cases (see docs/verify.md)")
+    p.add_argument("--wide", action="store_true", help="every column in the terminal tables (default: 80 columns)")
     m = p.add_argument_group("model level")
     m.add_argument("--model", help="model preset (tiny-llama, tiny-qwen, llama-1b, …) or a config.json path")
     m.add_argument("--level", choices=("kernel", "model", "both"), default=None,
@@ -184,7 +185,7 @@ def _kernel_level(args, device: str, dtypes: list[str], seed: int, rule, executo
     if result.not_verified:
         err.print(f"[dim]not verified: {', '.join(result.not_verified)} (plain PyTorch, the gate's baseline)[/dim]")
     block = {**result.to_json(), "executor": executor.name if executor is not None else "in-process"}
-    print_kernel_level(block, list(result.runs))
+    print_kernel_level(block, list(result.runs), wide=args.wide)
     return block, result.failures()
 
 
@@ -201,5 +202,5 @@ def _model_level(args, device: str, dtypes: list[str], seed: int, rule, kernel):
     report, failures = model_level(args.model, spec, device, dtypes, seed=seed, rule=rule, batch=args.model_batch,
                                    seq=args.model_seq, decode_tokens=args.decode_tokens, kernel=kernel,
                                    on_step=lambda s: err.print(f"[dim]model: {s}[/dim]"))
-    out.print(model_table(report))
+    out.print(model_table(report, wide=args.wide))
     return report, failures
