@@ -282,3 +282,58 @@ def test_verify_tables_fit_80_columns(tmp_path, capsys):
     fits_80(lines)
     text = "\n".join(lines)
     assert "sdpa-math" in text and "✓" in text and "fully-masked" in text  # every case, in blocks
+
+
+# --- 5. third-party noise captured, not printed raw; the workload note once ----------------------------------------
+
+def noisy_attention(q, k, v, *, causal: bool = False, scale: float | None = None, **_):
+    """A user variant that warns what torch warns for a lower-right causal bias, then computes plain SDPA."""
+    import warnings
+
+    import torch
+
+    warnings.warn("Lower right causal bias will produce NaNs in the output when seq_len_q > seq_len_kv!",
+                  UserWarning, stacklevel=2)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+def test_known_noise_is_captured_and_the_rest_still_prints(capsys):
+    import logging
+    import warnings
+
+    from attnprof.stderr import captured, third_party_noise
+
+    handler = logging.StreamHandler()  # a third-party logger with its own handler, as transformers and torch have
+    log = logging.getLogger("transformers.fake_module")
+    log.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as shown, third_party_noise():
+            warnings.simplefilter("always")
+            log.error("Cannot get memory breakdown on CPU without psutil: pip install psutil")
+            logging.getLogger("torch._dynamo.convert_frame").warning(
+                "torch._dynamo hit config.recompile_limit (8)\n   function: 'flex_attention' (flex_attention.py:1)")
+            warnings.warn("Lower right causal bias will produce NaNs in the output when seq_len_q > seq_len_kv!",
+                          UserWarning, stacklevel=1)
+            warnings.warn("something the user should see", UserWarning, stacklevel=1)
+            log.error("a real error from transformers")
+            found = captured()
+    finally:
+        log.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert "psutil" not in err and "recompile_limit" not in err and "Lower right" not in err
+    assert "a real error from transformers" in err
+    assert [str(w.message) for w in shown] == ["something the user should see"]
+    meanings = " ".join(e["meaning"] for e in found)
+    assert "recompile limit" in meanings and "NaN" in meanings and "psutil" not in meanings
+    assert any("flex_attention" in e["text"] for e in found)
+
+
+def test_stages_captures_a_warning_into_its_report_and_prints_the_note_once(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["stages", *TINY, "--variants", "sdpa,test_robust_io:noisy_attention", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "UserWarning" not in err and "Lower right causal bias will produce" not in err
+    assert "rows that see no key are NaN" in err  # the one-line summary
+    assert err.count("overridden by flags") == 1
+    data = json.loads((out / "results.json").read_text())
+    assert "NaN" in data["third_party_warnings"][0]["meaning"] and data["third_party_warnings"][0]["count"] >= 1

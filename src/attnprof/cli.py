@@ -47,9 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from attnprof.files import finish_folders
+    from attnprof.stderr import silence_exit_chatter
 
+    if argv is None:
+        silence_exit_chatter()  # a real process: no `nanobind: leaked …` after our last line
     try:
-        code = int(args.handler(args) or 0)
+        code = _handle(args)
         finish_folders(ok=True)  # a report folder is complete only now: renamed from its temporary name
         return code
     except UsageError as exc:
@@ -68,6 +71,19 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:
         finish_folders(ok=False)  # our bug: the traceback stays, the half-written folder does not
         raise
+
+
+def _handle(args) -> int:
+    """The command, with known third-party warnings captured (the informative ones summed up at the end, and in
+    the report of the commands that write one) instead of printed raw."""
+    from attnprof.stderr import summary_lines, third_party_noise
+
+    try:
+        with third_party_noise():
+            return int(args.handler(args) or 0)
+    finally:
+        for line in summary_lines():
+            print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":

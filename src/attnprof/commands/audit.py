@@ -127,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
     data = {"schema": "attnprof.audit/1", "provenance": prov, "mode": "model" if args.model else "grid",
             "title": title, "command": command, "device": device, "preferred": preferred, "model": model_json,
             "require": args.require, "violations": len(bad_rows), "rows": rows}
+    from attnprof.stderr import captured
+
+    data["third_party_warnings"] = captured()
     write_json(folder / "audit.json", data)
     write_atomic(folder / "audit.md", markdown(data))
     print_terminal(data)

@@ -103,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
                      on_progress=lambda text, advance: bar.update(task, description=text, advance=int(advance)),
                      checkpoint=checkpoint)
     data["provenance"] = provenance(device, seed=args.seed)
+    from attnprof.stderr import captured
+
+    data["third_party_warnings"] = captured()  # what torch and transformers warned, instead of printed raw
     data["command"] = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     stem = args.stem
     pictures = serve_report.write_plots(data, folder, stem)

@@ -67,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     command = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     prov = provenance(workload.device, seed=args.seed)
     data = results_json(workload, results, prov, note)
+    from attnprof.stderr import captured
+
+    data["third_party_warnings"] = captured()  # what torch and friends warned, instead of printed raw
     write_json(folder / "results.json", data)
     write_atomic(folder / "report.md", markdown(results, workload.label(), note, command, prov))
     print_terminal(results, workload.label(), note, workload.device.startswith("cuda"), wide=args.wide)

@@ -132,6 +132,9 @@ def _run(args: argparse.Namespace, executor) -> int:
         failures += model_failures
     data["ok"] = not failures
     data["failures"] = failures
+    from attnprof.stderr import captured
+
+    data["third_party_warnings"] = captured()  # e.g. dynamo's recompile limit: flex ran unfused from then on
     command = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     write_json(folder / "verify.json", data)
     write_atomic(folder / "verify.md", markdown(data, command))
