@@ -183,6 +183,38 @@ def test_resume_of_an_older_sweep_without_grid_file_checks_its_rows(tmp_path, ca
     one_line_exit_2(capsys, [*grid[:5], "--seq", "32", *grid[7:], "--resume"], "not in this grid")
 
 
+def test_report_folder_into_an_existing_folder(tmp_path):
+    from attnprof.files import INCOMPLETE, ReportFolder
+
+    final = tmp_path / "r"
+    (final / "traces").mkdir(parents=True)
+    (final / "traces" / "old.json").write_text("{}")
+    (final / "notes.txt").write_text("mine")
+    done = ReportFolder(final)
+    (done.work / "traces").mkdir()
+    (done.work / "traces" / "new.json").write_text("{}")
+    (done.work / "results.json").write_text("{}")
+    assert not (final / "results.json").exists()  # nothing under the name until the end
+    done.commit()
+    assert sorted(p.name for p in final.iterdir()) == ["notes.txt", "results.json", "traces"]
+    assert [p.name for p in (final / "traces").iterdir()] == ["new.json"]  # this run's traces, not a mix
+    bad = ReportFolder(final, keep_partial=True)
+    (bad.work / "serve.partial.json").write_text("{}")
+    bad.abort(interrupted=False)  # an error: nothing of it stays
+    assert not (final / "serve.partial.json").exists()
+    cut = ReportFolder(final, keep_partial=True)
+    (cut.work / "serve.partial.json").write_text("{}")
+    cut.abort(interrupted=True)  # an interrupt: the partial rows stay, marked
+    assert (final / "serve.partial.json").exists() and (final / INCOMPLETE).exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["r"]
+
+
+def test_audit_grid_too_large_is_exit_2(tmp_path, capsys):
+    one_line_exit_2(capsys, ["audit", "--device", "cpu", "--seq", "1000000", "--batch", "64",
+                             "--out", str(tmp_path / "a")], "GiB, the device (cpu) has")
+    nothing_left(tmp_path / "a")
+
+
 # --- 4. --kernel mistakes before the device check ------------------------------------------------------------------
 
 def kernel_cases(tmp_path: Path) -> dict[str, tuple[list[str], str]]:

@@ -127,7 +127,8 @@ class ReportFolder:
             elif not self.final.exists():
                 os.replace(self.work, self.final)
             else:
-                (self.final / INCOMPLETE).unlink(missing_ok=True)
+                if not (self.work / INCOMPLETE).exists():
+                    (self.final / INCOMPLETE).unlink(missing_ok=True)
                 for entry in sorted(self.work.iterdir()):
                     target = self.final / entry.name
                     if target.is_dir() and not target.is_symlink():
@@ -151,10 +152,10 @@ class ReportFolder:
                 return self.final if keep else None
             (self.final / INCOMPLETE).unlink(missing_ok=True)
             return None
-        if keep and any(self.work.iterdir()) and not self.final.exists():
+        if keep and any(self.work.iterdir()):
             (self.work / INCOMPLETE).write_text(_incomplete_text("was interrupted"))
-            os.replace(self.work, self.final)
-            return self.final
+            self.done = False
+            return self.commit()  # under its name (merged into an existing folder), marked INCOMPLETE
         shutil.rmtree(self.work, ignore_errors=True)
         self._remove_parents()
         return None

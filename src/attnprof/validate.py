@@ -123,10 +123,11 @@ def check_fits(needed: int, device: str, what: str, hint: str = "") -> None:
 SCORE_MATRIX = ("naive", "inplace", "naive-compiled")
 
 
-def check_workload_fits(workload: Any, variants: list[Any] = ()) -> None:
+def check_workload_fits(workload: Any, variants: list[Any] = (), *, scores_as: str | None = None) -> None:
     """Before allocating: the inputs, an output per variant and the fp64 oracle's output must fit on the device,
     and, on the CPU (where an allocation past RAM swaps or is killed rather than raising), the score matrix of
-    the variants that materialise it. On a GPU those run and are an `oom` row."""
+    the variants that materialise it (`scores_as`: a name for a call that may, such as SDPA's math fallback). On a
+    GPU those run and are an `oom` row."""
     w = workload
     elt = BYTES.get(w.dtype, 4)
     q = w.batch * w.heads * w.seq * w.head_dim
@@ -135,7 +136,7 @@ def check_workload_fits(workload: Any, variants: list[Any] = ()) -> None:
     shape = f"{w.batch}x{w.heads}x{w.seq}x{w.head_dim}"
     check_fits(base, w.device, f"the workload {shape} {w.dtype} (inputs, outputs and the fp64 oracle's output)",
                "reduce --batch, --heads or --seq")
-    names = [v.name for v in variants if v.name in SCORE_MATRIX]
+    names = [v.name for v in variants if v.name in SCORE_MATRIX] + ([scores_as] if scores_as else [])
     if names and not w.device.startswith("cuda"):
         scores = 2 * w.batch * w.heads * w.seq * w.kv_seq * max(elt, 4)
         check_fits(base + scores, w.device,

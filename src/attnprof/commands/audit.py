@@ -114,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
         dtypes = tuple(dtype_name(t) for t in args.dtypes.split(",")) if args.dtypes else None
         cells = grid(device, head_dims=_ints(args.head_dims, "--head-dims"), dtypes=dtypes, batch=args.batch,
                      heads=args.heads, seq=args.seq)
+        from attnprof.validate import check_workload_fits
+
+        for cell in cells:  # "needs N GiB, the device has M" before a probe allocates
+            check_workload_fits(cell.workload, scores_as="SDPA's math fallback")
         with progress() as bar:
             task = bar.add_task("envelope grid", total=len(cells))
             results = run_grid(cells, seed=args.seed, crosscheck_every=args.crosscheck, folder=folder,
