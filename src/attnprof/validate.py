@@ -210,7 +210,7 @@ def model_parameters(config: Any) -> int:
 def check_model_fits(config: Any, dtype: str, device: str, name: str) -> None:
     """The model's weights must fit on the device before transformers allocates them."""
     params = model_parameters(config)
-    check_fits(params * BYTES.get(dtype, 4), device, f"model {name} ({params / 1e9:,.3g}e9 parameters in {dtype})",
+    check_fits(params * BYTES.get(dtype, 4), device, f"model {name} ({params:.3g} parameters in {dtype})",
                "use a smaller preset or config")
 
 
