@@ -165,6 +165,9 @@ def test_interrupted_bench_is_marked_incomplete_and_resumes(tmp_path, capsys, mo
     assert "INCOMPLETE" in capsys.readouterr().err
     assert (tmp_path / "b" / "INCOMPLETE").is_file()
     assert len((tmp_path / "b" / "results.jsonl").read_text().splitlines()) == 1
+    from attnprof.bench.results import read_results
+
+    assert "INCOMPLETE" in read_results(tmp_path / "b")[1]  # compare and report say the rows are partial
     monkeypatch.setattr(sweep, "run_sweep", real)
     # another grid is refused, in one line, and the folder stays as it was
     one_line_exit_2(capsys, [*grid[:-2], "--seq", "32", "--out", str(tmp_path / "b"), "--resume"],
