@@ -98,6 +98,14 @@ def test_bench_cell_too_large_is_exit_2(tmp_path, capsys):
     nothing_left(tmp_path / "b")
 
 
+@pytest.mark.parametrize("flags", [["--mode", "prefill", "--batch", "100000000", "--context", "512"],
+                                   ["--mode", "decode", "--decode-batch", "1000000000", "--decode-context", "64"]])
+def test_serve_points_too_large_are_exit_2(tmp_path, capsys, flags):
+    one_line_exit_2(capsys, ["serve", "--model", "tiny-llama", "--device", "cpu", *flags,
+                             "--out", str(tmp_path / "s")], "GiB, the device (cpu) has", "KV cache")
+    nothing_left(tmp_path / "s")
+
+
 @pytest.mark.parametrize("flag", ["--model-seq", "--model-batch", "--decode-tokens"])
 def test_verify_model_sizes_must_be_positive(tmp_path, capsys, flag):
     one_line_exit_2(capsys, ["verify", "--model", "tiny-llama", "--device", "cpu", flag, "0",

@@ -234,3 +234,28 @@ def check_kernel(spec: Any, asked: bool) -> None:
     elif not spec.trust_remote and spec.repo_id not in kernel_hub._local_overrides():
         raise UsageError(f"--kernel {spec.label()} is code from the Hugging Face Hub; pass --trust-remote-kernel to "
                          "allow loading it")
+
+
+def check_serve_fits(plan: dict, device: str) -> None:
+    """`serve`'s largest prefill and decode points before any is run: weights + KV cache + logits (+ eager's score
+    matrix on the CPU, where a too-large allocation swaps instead of raising)."""
+    config, dtype, name = plan["config"], plan["dtype"], plan["model"]
+    elt = BYTES.get(dtype, 4)
+    weights = model_parameters(config) * elt
+    heads = int(getattr(config, "num_attention_heads", 1) or 1)
+    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or int(getattr(config, "hidden_size", 0) or 0) // heads)
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    per_token = 2 * layers * kv * head_dim * elt + vocab * 4  # K and V of every layer, the fp32 logits row
+
+    points = []
+    if plan.get("batch") and plan.get("context"):
+        b, s = max(plan["batch"]), max(plan["context"])
+        scores = 0 if device.startswith("cuda") else b * heads * s * s * max(elt, 4)  # eager's, one layer at a time
+        points.append((f"prefill of {b}x{s}", weights + b * s * per_token + scores, "reduce --batch or --context"))
+    if plan.get("decode_batch"):
+        b, s = max(plan["decode_batch"]), plan["decode_context"] + plan["new_tokens"]
+        points.append((f"decode of {b}x{s}", weights + b * s * per_token, "reduce --decode-batch or --decode-context"))
+    for what, needed, hint in points:
+        check_fits(needed, device, f"{name} {what} (weights, KV cache and logits)", hint)

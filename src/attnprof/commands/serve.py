@@ -85,9 +85,10 @@ def run(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     plan = make_plan(args, device)
-    from attnprof.validate import check_model_fits
+    from attnprof.validate import check_model_fits, check_serve_fits
 
     check_model_fits(plan["config"], plan["dtype"], device, plan["model"])  # before any weight is allocated
+    check_serve_fits(plan, device)  # the largest prefill and decode points, before the first is run
     impls = resolve_impls(args.impls, device, config=plan["config"], dtype=plan["dtype"],
                           context=max(plan.get("context") or [plan.get("decode_context") or 1024]))
     folder = out_dir(args, "serve", keep_partial=True)  # an interrupted run keeps serve.partial.json
