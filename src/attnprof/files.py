@@ -89,7 +89,9 @@ class ReportFolder:
         self.made_parents: list[Path] = []
         if self.final.exists() and not self.final.is_dir():
             raise UsageError(f"--out {self.final} exists and is not a folder")
-        self.in_place = in_place and self.final.is_dir()
+        # in place: a sweep that resumes, or an existing folder whose parent we may not write a sibling into
+        self.in_place = self.final.is_dir() and (in_place or not os.access(self.final.parent, os.W_OK))
+        self.forced_in_place = self.in_place and not in_place  # nothing there can be undone: a failure stays marked
         parent = self.final.parent
         missing = []
         while not parent.exists():
@@ -147,13 +149,13 @@ class ReportFolder:
         self.done = True
         keep = interrupted and self.keep_partial
         if self.in_place:
-            if keep or self.was_incomplete:
-                (self.final / INCOMPLETE).write_text(_incomplete_text("was interrupted"))
+            if keep or self.was_incomplete or self.forced_in_place:
+                (self.final / INCOMPLETE).write_text(_incomplete_text("did not finish"))
                 return self.final if keep else None
             (self.final / INCOMPLETE).unlink(missing_ok=True)
             return None
         if keep and any(self.work.iterdir()):
-            (self.work / INCOMPLETE).write_text(_incomplete_text("was interrupted"))
+            (self.work / INCOMPLETE).write_text(_incomplete_text("did not finish (it was interrupted)"))
             self.done = False
             return self.commit()  # under its name (merged into an existing folder), marked INCOMPLETE
         shutil.rmtree(self.work, ignore_errors=True)
