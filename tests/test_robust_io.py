@@ -220,6 +220,12 @@ def test_report_folder_into_an_existing_folder(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["r"]
 
 
+def test_audit_model_batch_too_large_is_exit_2(tmp_path, capsys):
+    one_line_exit_2(capsys, ["audit", "--model", "tiny-llama", "--device", "cpu", "--seq", "1000000",
+                             "--out", str(tmp_path / "a")], "GiB, the device (cpu) has", "--seq")
+    nothing_left(tmp_path / "a")
+
+
 def test_audit_grid_too_large_is_exit_2(tmp_path, capsys):
     one_line_exit_2(capsys, ["audit", "--device", "cpu", "--seq", "1000000", "--batch", "64",
                              "--out", str(tmp_path / "a")], "GiB, the device (cpu) has")

@@ -236,26 +236,34 @@ def check_kernel(spec: Any, asked: bool) -> None:
                          "allow loading it")
 
 
-def check_serve_fits(plan: dict, device: str) -> None:
-    """`serve`'s largest prefill and decode points before any is run: weights + KV cache + logits (+ eager's score
-    matrix on the CPU, where a too-large allocation swaps instead of raising)."""
-    config, dtype, name = plan["config"], plan["dtype"], plan["model"]
+def model_point_bytes(config: Any, dtype: str, device: str, batch: int, seq: int, *, prefill: bool = True) -> int:
+    """Bytes a forward of `batch` x `seq` tokens holds at its peak, roughly: weights + K and V of every layer + the fp32
+    logits + (a prefill on the CPU) eager's one-layer score matrix, where a too-large allocation swaps instead of
+    raising."""
     elt = BYTES.get(dtype, 4)
-    weights = model_parameters(config) * elt
     heads = int(getattr(config, "num_attention_heads", 1) or 1)
     kv = int(getattr(config, "num_key_value_heads", None) or heads)
     head_dim = int(getattr(config, "head_dim", None) or int(getattr(config, "hidden_size", 0) or 0) // heads)
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)
     vocab = int(getattr(config, "vocab_size", 0) or 0)
-    per_token = 2 * layers * kv * head_dim * elt + vocab * 4  # K and V of every layer, the fp32 logits row
+    per_token = 2 * layers * kv * head_dim * elt + vocab * 4
+    scores = batch * heads * seq * seq * max(elt, 4) if prefill and not device.startswith("cuda") else 0
+    return model_parameters(config) * elt + batch * seq * per_token + scores
 
-    points = []
+
+def check_model_batch_fits(config: Any, dtype: str, device: str, name: str, batch: int, seq: int, hint: str, *,
+                           prefill: bool = True) -> None:
+    check_fits(model_point_bytes(config, dtype, device, batch, seq, prefill=prefill), device,
+               f"{name} on {batch}x{seq} tokens (weights, KV cache and logits)", hint)
+
+
+def check_serve_fits(plan: dict, device: str) -> None:
+    """`serve`'s largest prefill and decode points, before the first is run."""
+    config, dtype, name = plan["config"], plan["dtype"], plan["model"]
     if plan.get("batch") and plan.get("context"):
-        b, s = max(plan["batch"]), max(plan["context"])
-        scores = 0 if device.startswith("cuda") else b * heads * s * s * max(elt, 4)  # eager's, one layer at a time
-        points.append((f"prefill of {b}x{s}", weights + b * s * per_token + scores, "reduce --batch or --context"))
+        check_model_batch_fits(config, dtype, device, f"{name} prefill", max(plan["batch"]), max(plan["context"]),
+                               "reduce --batch or --context")
     if plan.get("decode_batch"):
-        b, s = max(plan["decode_batch"]), plan["decode_context"] + plan["new_tokens"]
-        points.append((f"decode of {b}x{s}", weights + b * s * per_token, "reduce --decode-batch or --decode-context"))
-    for what, needed, hint in points:
-        check_fits(needed, device, f"{name} {what} (weights, KV cache and logits)", hint)
+        check_model_batch_fits(config, dtype, device, f"{name} decode", max(plan["decode_batch"]),
+                               plan["decode_context"] + plan["new_tokens"], "reduce --decode-batch or --decode-context",
+                               prefill=False)

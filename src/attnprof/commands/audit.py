@@ -101,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
         from attnprof.audit.model import audit_model
 
         dtype = dtype_name(args.dtype or ("bf16" if cuda else "fp32"))
+        from attnprof.models import load_config
+        from attnprof.validate import check_model_batch_fits
+
+        check_model_batch_fits(load_config(args.model), dtype, device, args.model, args.batch, args.seq or 64,
+                               "reduce --batch or --seq")  # a bad config or a batch beyond the device: exit 2 now
         err.print(f"[dim]building {args.model} from its config (random weights), one forward of a padded "
                   f"{args.batch}x{args.seq or 64} batch[/dim]")
         audit = audit_model(args.model, device=device, dtype=dtype, batch=args.batch, seq=args.seq or 64,
