@@ -152,6 +152,11 @@ def test_stages_writes_its_folder_complete(tmp_path, capsys):
     assert not (out / "INCOMPLETE").exists()
     nothing_left(tmp_path / "absent")
     assert [p.name for p in tmp_path.iterdir()] == ["s"]  # no temporary sibling left
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's private 0700
     assert str(out) in capsys.readouterr().err  # the message names the final folder, not the temporary one
 
 

@@ -110,6 +110,9 @@ class ReportFolder:
             else:
                 self.work = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.", suffix=".part",
                                                   dir=self.final.parent))
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(self.work, 0o777 & ~umask)  # mkdtemp makes 0700; a report folder is as open as any other
         except OSError as exc:
             self._remove_parents()
             raise UsageError(f"cannot create report folder {self.final}: {exc.strerror or exc}") from None
