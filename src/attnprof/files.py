@@ -85,6 +85,8 @@ class ReportFolder:
 
     def __init__(self, final: Path, *, keep_partial: bool = False, in_place: bool = False):
         self.final = Path(final)
+        if self.final.name in ("", ".", ".."):  # `--out .`: a named folder, so a sibling can be made beside it
+            self.final = Path(os.path.abspath(self.final))
         self.keep_partial = keep_partial
         self.made_parents: list[Path] = []
         if self.final.exists() and not self.final.is_dir():
