@@ -167,8 +167,8 @@ def test_an_unbuildable_config_is_one_line_and_exit_2(capsys, tmp_path):
     cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 30, "num_attention_heads": 7}))
     code = main(["serve", "--device", "cpu", "--mode", "decode", "--model", str(cfg), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "transformers cannot build this config" in err[0], err
-    assert "hidden size (30) is not a multiple" in err[0]
+    assert code == 2 and len(err) == 1 and "config.json" in err[0], err
+    assert "hidden_size 30 is not divisible by num_attention_heads 7" in err[0]  # attnprof.validate, up front
     assert not (tmp_path / "o" / "serve.json").exists()
 
 

@@ -46,17 +46,44 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from attnprof.files import finish_folders
+    from attnprof.stderr import silence_exit_chatter
+
+    if argv is None:
+        silence_exit_chatter()  # a real process: no `nanobind: leaked …` after our last line
     try:
-        return int(args.handler(args) or 0)
+        code = _handle(args)
+        finish_folders(ok=True)  # a report folder is complete only now: renamed from its temporary name
+        return code
     except UsageError as exc:
+        finish_folders(ok=False)  # bad input: no folder is left behind
         print(f"attnprof: error: {exc}", file=sys.stderr)
         return UsageError.exit_code
     except CheckFailed as exc:
+        finish_folders(ok=True)  # the report was written before the check failed; it is the evidence
         print(f"attnprof: check failed: {exc}", file=sys.stderr)
         return CheckFailed.exit_code
     except KeyboardInterrupt:
-        print("attnprof: interrupted", file=sys.stderr)
+        kept = finish_folders(ok=False, interrupted=True)
+        print("attnprof: interrupted" + "".join(f"; partial results kept in {p} (marked INCOMPLETE)" for p in kept),
+              file=sys.stderr)
         return 130
+    except BaseException:
+        finish_folders(ok=False)  # our bug: the traceback stays, the half-written folder does not
+        raise
+
+
+def _handle(args) -> int:
+    """The command, with known third-party warnings captured (the informative ones summed up at the end, and in
+    the report of the commands that write one) instead of printed raw."""
+    from attnprof.stderr import summary_lines, third_party_noise
+
+    try:
+        with third_party_noise():
+            return int(args.handler(args) or 0)
+    finally:
+        for line in summary_lines():
+            print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":

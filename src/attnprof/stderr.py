@@ -41,3 +41,133 @@ _C10_WARNING = re.compile(r"^\[W\d{4} [\d:.]+ (?:\d+ )?\S+:\d+\] Warning: (?P<te
 def c10_warnings(lines: list[str]) -> list[str]:
     """The texts of the c10 `TORCH_WARN` lines among `lines`."""
     return [m.group("text").strip() for m in map(_C10_WARNING.match, lines) if m]
+
+
+# --- third-party noise: known warnings captured (into the report where they say something), not printed raw -------
+
+# (pattern, what it means for a reader of the report — None: nothing, it is dropped)
+KNOWN: tuple[tuple[re.Pattern[str], str | None], ...] = (
+    (re.compile(r"Cannot get memory breakdown on CPU without psutil"), None),
+    (re.compile(r"^(USDT|STAGE):\S+ \S+ \d+:\d+ \S+\.cpp:\d+\]"), None),
+    (re.compile(r"Profiler clears events"), None),
+    (re.compile(r"Memory block of unknown size was allocated before the profiling started"), None),
+    (re.compile(r"Lower right causal bias will produce NaNs"),
+     "torch: a lower-right causal bias with Sq > Sk: rows that see no key are NaN"),
+    (re.compile(r"recompile_limit|cache_size_limit"),
+     "dynamo: recompile limit hit: the function ran unfused from then on"),
+    (re.compile(r"flex_attention called without torch\.compile"),
+     "flex_attention ran without torch.compile: unfused, the scores materialised"),
+    (re.compile(r"nanobind: leaked"), None),
+)
+
+_captured: dict[str, dict] = {}
+
+
+def _known(text: str) -> tuple[bool, str | None]:
+    for pattern, meaning in KNOWN:
+        if pattern.search(text):
+            return True, meaning
+    return False, None
+
+
+def _record(source: str, text: str, meaning: str | None) -> None:
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")[:300]
+    key = meaning or first
+    entry = _captured.setdefault(key, {"source": source, "text": first, "meaning": meaning, "count": 0,
+                                       "kept": meaning is not None})
+    entry["count"] += 1
+    if meaning and "function:" in text and "function" not in entry["text"]:
+        m = re.search(r"function: '([^']+)'", text)
+        if m:
+            entry["text"] = f"{first} (function {m.group(1)!r})"
+
+
+def noise_line(line: str, source: str = "fd2") -> bool:
+    """True (and captured) when a line some C++ printed on fd 2 is known third-party noise."""
+    known, meaning = _known(line)
+    if known:
+        _record(source, line, meaning)
+    return known
+
+
+def captured() -> list[dict]:
+    """The informative third-party warnings captured so far in this command (for its report), oldest first."""
+    return [{k: e[k] for k in ("source", "text", "meaning", "count")} for e in _captured.values() if e["kept"]]
+
+
+def _noise_record(record) -> bool:
+    """True when a log record is known third-party noise (captured once per record, however many handlers)."""
+    seen = getattr(record, "_attnprof_noise", None)
+    if seen is not None:
+        return seen
+    try:
+        text = record.getMessage()
+    except Exception:  # a malformed record is not ours to judge
+        return False
+    known, meaning = _known(text)
+    if known:
+        _record(record.name.split(".")[0], text, meaning)
+    record._attnprof_noise = known
+    return known
+
+
+@contextlib.contextmanager
+def third_party_noise() -> Iterator[None]:
+    """Inside: Python warnings and log records that match `KNOWN` are captured (see `captured()`: the informative ones,
+    for the report), everything else prints as usual."""
+    import logging
+    import warnings
+
+    _captured.clear()
+    shown = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        known, meaning = _known(str(message))
+        if known:
+            _record(category.__name__, str(message), meaning)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    handle = logging.Handler.handle
+
+    def quiet_handle(self, record):  # every handler, including those torch and transformers add later
+        return False if _noise_record(record) else handle(self, record)
+
+    logging.Handler.handle = quiet_handle  # type: ignore[method-assign]
+    warnings.showwarning = showwarning
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+        logging.Handler.handle = handle  # type: ignore[method-assign]
+
+
+def summary_lines(width: int = 80) -> list[str]:
+    """The informative captured warnings, one wrapped line each with its count, for the end of a command."""
+    import textwrap
+
+    found = captured()
+    if not found:
+        return []
+    out = ["third-party warnings (captured; in the report as third_party_warnings):"]
+    for e in found:
+        where = re.search(r"\(function '([^']+)'\)", e["text"])
+        text = f"{e['count']}× {e['meaning']}" + (f" ({where.group(1)})" if where else "")
+        out += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ")
+    return out
+
+
+def silence_exit_chatter() -> None:
+    """At exit, Triton's nanobind prints `nanobind: leaked N instances` (after atexit, while the interpreter shuts
+    down): point fd 2 elsewhere once everything of ours is written. Only for a real CLI process."""
+    import atexit
+
+    def quiet() -> None:
+        if "triton" not in sys.modules:
+            return
+        sys.stderr.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+
+    atexit.register(quiet)  # registered first, so it runs after every handler registered later

@@ -70,3 +70,200 @@ def event_times(raw: dict[str, Any], index: int, path: Any) -> tuple[float, floa
                              f"{name} {raw.get(name)!r}, not a finite number")
         out.append(float(value))
     return out[0], out[1]
+
+
+# --- sizes against the device's memory --------------------------------------------------------------------------
+
+GIB = 1024**3
+BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+def device_memory(device: str) -> tuple[int, str] | None:
+    """(bytes, what they are) this device can hold: a GPU's total memory, the CPU's available RAM (from
+    /proc/meminfo, else sysconf); None when it cannot be told."""
+    if device.startswith("cuda"):
+        import torch
+
+        try:
+            index = torch.device(device).index
+            total = torch.cuda.get_device_properties(0 if index is None else index).total_memory
+        except (RuntimeError, AssertionError, ValueError):
+            return None
+        return int(total), "memory"
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "available RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os
+
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "available RAM"
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def gib(n: float) -> str:
+    value = n / GIB
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def check_fits(needed: int, device: str, what: str, hint: str = "") -> None:
+    """UsageError "… needs N GiB, the device has M GiB" when `needed` bytes exceed what `device` holds."""
+    have = device_memory(device)
+    if have is None or needed <= have[0]:
+        return
+    raise UsageError(f"{what} needs {gib(needed)} GiB, the device ({device}) has {gib(have[0])} GiB of {have[1]}"
+                     + (f"; {hint}" if hint else ""))
+
+
+# the variants that hold the whole [B, H, Sq, Sk] score matrix (and its softmax) in memory
+SCORE_MATRIX = ("naive", "inplace", "naive-compiled")
+
+
+def check_workload_fits(workload: Any, variants: list[Any] = (), *, scores_as: str | None = None) -> None:
+    """Before allocating: the inputs, an output per variant and the fp64 oracle's output must fit on the device,
+    and, on the CPU (where an allocation past RAM swaps or is killed rather than raising), the score matrix of
+    the variants that materialise it (`scores_as`: a name for a call that may, such as SDPA's math fallback). On a
+    GPU those run and are an `oom` row."""
+    w = workload
+    elt = BYTES.get(w.dtype, 4)
+    q = w.batch * w.heads * w.seq * w.head_dim
+    kv = w.batch * w.kv_heads * w.kv_seq * w.head_dim
+    base = (2 * q + 2 * kv) * elt + q * 8 * 2  # q, k, v, one output; the oracle's fp64 output and a variant's copy
+    shape = f"{w.batch}x{w.heads}x{w.seq}x{w.head_dim}"
+    check_fits(base, w.device, f"the workload {shape} {w.dtype} (inputs, outputs and the fp64 oracle's output)",
+               "reduce --batch, --heads or --seq")
+    names = [v.name for v in variants if v.name in SCORE_MATRIX] + ([scores_as] if scores_as else [])
+    if names and not w.device.startswith("cuda"):
+        scores = 2 * w.batch * w.heads * w.seq * w.kv_seq * max(elt, 4)
+        check_fits(base + scores, w.device,
+                   f"{', '.join(names)} on {shape} (the {w.batch}x{w.heads}x{w.seq}x{w.kv_seq} score matrix and its "
+                   "softmax)", "drop them from --variants, or reduce --seq")
+
+
+# --- model configurations ------------------------------------------------------------------------------------------
+
+def _int_field(fields: dict[str, Any], name: str) -> int | None:
+    value = fields.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise UsageError(f"{name} is {value!r}, not an integer")
+    return value
+
+
+def check_model_fields(fields: dict[str, Any], where: str) -> None:
+    """The attention geometry of a decoder config (a dict of config.json fields, or a config's `to_dict()`):
+    positive heads and layers, hidden size divisible by the heads (unless head_dim is given), KV heads dividing
+    the heads. Bad ones are one UsageError naming `where` (transformers would divide by zero or fail deep inside)."""
+    try:
+        heads = _int_field(fields, "num_attention_heads")
+        kv = _int_field(fields, "num_key_value_heads")
+        hidden = _int_field(fields, "hidden_size")
+        layers = _int_field(fields, "num_hidden_layers")
+        head_dim = _int_field(fields, "head_dim")
+        for name in ("intermediate_size", "vocab_size"):
+            value = _int_field(fields, name)
+            if value is not None and value <= 0:
+                raise UsageError(f"{name} is {value}; it must be positive")
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    problem = None
+    if heads is not None and heads <= 0:
+        problem = f"num_attention_heads is {heads}; a model needs at least one attention head"
+    elif layers is not None and layers <= 0:
+        problem = f"num_hidden_layers is {layers}; a model needs at least one layer"
+    elif hidden is not None and hidden <= 0:
+        problem = f"hidden_size is {hidden}; it must be positive"
+    elif head_dim is not None and head_dim <= 0:
+        problem = f"head_dim is {head_dim}; it must be positive"
+    elif kv is not None and kv <= 0:
+        problem = f"num_key_value_heads is {kv}; it must be positive"
+    elif heads and hidden and not head_dim and hidden % heads:
+        problem = (f"hidden_size {hidden} is not divisible by num_attention_heads {heads} "
+                   f"(head dim {hidden / heads:g}); set head_dim or change one of them")
+    elif heads and kv and heads % kv:
+        problem = (f"num_key_value_heads {kv} does not divide num_attention_heads {heads} "
+                   "(grouped-query attention shares each KV head among a whole number of query heads)")
+    if problem:
+        raise UsageError(f"{where}: {problem}")
+
+
+def model_parameters(config: Any) -> int:
+    """About how many parameters a Llama-like decoder of `config` has (embeddings, attention, MLP, head)."""
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    heads = int(getattr(config, "num_attention_heads", 1) or 1)
+    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    inter = int(getattr(config, "intermediate_size", 0) or 4 * hidden)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    attention = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2
+    mlp = 3 * hidden * inter
+    return vocab * hidden * (1 if tied else 2) + layers * (attention + mlp + 2 * hidden) + hidden
+
+
+def check_model_fits(config: Any, dtype: str, device: str, name: str) -> None:
+    """The model's weights must fit on the device before transformers allocates them."""
+    params = model_parameters(config)
+    check_fits(params * BYTES.get(dtype, 4), device, f"model {name} ({params:.3g} parameters in {dtype})",
+               "use a smaller preset or config")
+
+
+# --- --kernel ------------------------------------------------------------------------------------------------------
+
+def check_kernel(spec: Any, asked: bool) -> None:
+    """A `--kernel` the user gave that cannot be loaded for a reason of its own (a folder that is not a kernel repo, a
+    broken metadata.json, a Hub name without --trust-remote-kernel) is a UsageError now, before any device check
+    could hide it behind "no CUDA device". The default repo and load failures of the system are rows, as before."""
+    if not asked or spec is None:
+        return
+    from attnprof.variants import kernel_hub
+
+    if spec.path is not None:
+        try:
+            problem = kernel_hub.metadata_problem(spec.path)
+        except ImportError:
+            return  # no `kernels` library: the variant's row says so
+        if problem:
+            raise UsageError(f"--kernel {spec.path}: {problem}")
+    elif not spec.trust_remote and spec.repo_id not in kernel_hub._local_overrides():
+        raise UsageError(f"--kernel {spec.label()} is code from the Hugging Face Hub; pass --trust-remote-kernel to "
+                         "allow loading it")
+
+
+def model_point_bytes(config: Any, dtype: str, device: str, batch: int, seq: int, *, prefill: bool = True) -> int:
+    """Bytes a forward of `batch` x `seq` tokens holds at its peak, roughly: weights + K and V of every layer + the fp32
+    logits + (a prefill on the CPU) eager's one-layer score matrix, where a too-large allocation swaps instead of
+    raising."""
+    elt = BYTES.get(dtype, 4)
+    heads = int(getattr(config, "num_attention_heads", 1) or 1)
+    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or int(getattr(config, "hidden_size", 0) or 0) // heads)
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    per_token = 2 * layers * kv * head_dim * elt + vocab * 4
+    scores = batch * heads * seq * seq * max(elt, 4) if prefill and not device.startswith("cuda") else 0
+    return model_parameters(config) * elt + batch * seq * per_token + scores
+
+
+def check_model_batch_fits(config: Any, dtype: str, device: str, name: str, batch: int, seq: int, hint: str, *,
+                           prefill: bool = True) -> None:
+    check_fits(model_point_bytes(config, dtype, device, batch, seq, prefill=prefill), device,
+               f"{name} on {batch}x{seq} tokens (weights, KV cache and logits)", hint)
+
+
+def check_serve_fits(plan: dict, device: str) -> None:
+    """`serve`'s largest prefill and decode points, before the first is run."""
+    config, dtype, name = plan["config"], plan["dtype"], plan["model"]
+    if plan.get("batch") and plan.get("context"):
+        check_model_batch_fits(config, dtype, device, f"{name} prefill", max(plan["batch"]), max(plan["context"]),
+                               "reduce --batch or --context")
+    if plan.get("decode_batch"):
+        check_model_batch_fits(config, dtype, device, f"{name} decode", max(plan["decode_batch"]),
+                               plan["decode_context"] + plan["new_tokens"], "reduce --decode-batch or --decode-context",
+                               prefill=False)

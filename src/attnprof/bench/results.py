@@ -67,8 +67,10 @@ def _cut_back(fd: int, size: int) -> None:
         pass  # not a regular file, or the disk is gone too: the reader drops a torn last line anyway
 
 
-def read_results(path: Path, *, strict_tail: bool = False) -> tuple[list[dict[str, Any]], str | None]:
-    """Rows of a results file and a note about a dropped torn last line (None if there was none).
+def read_results(path: Path, *, strict_tail: bool = False,
+                 incomplete_note: bool = True) -> tuple[list[dict[str, Any]], str | None]:
+    """Rows of a results file and a note about a dropped torn last line, or a folder marked INCOMPLETE (an
+    interrupted sweep; `incomplete_note=False` for the sweep that resumes it), None if neither.
 
     A row of another schema, or a broken line that is not the last one, is a UsageError naming the line.
     """
@@ -99,6 +101,12 @@ def read_results(path: Path, *, strict_tail: bool = False) -> tuple[list[dict[st
                              "(a results file from another attnprof version)")
         check_row(row, f"{path}, line {number}", STATUSES)
         rows.append(row)
+    from attnprof.files import INCOMPLETE
+
+    if incomplete_note and (path.parent / INCOMPLETE).exists():
+        partial = (f"{path.parent} is marked {INCOMPLETE}: its sweep was interrupted (or is running), these "
+                   f"{len(rows)} rows are part of it (`attnprof bench --resume` completes it)")
+        note = f"{note}; {partial}" if note else partial
     return rows, note
 
 

@@ -124,7 +124,7 @@ def _previous_rows(path: Path, resume: bool, notes: list[str]) -> list[dict[str,
         return []
     if not resume:
         raise UsageError(f"{path} already holds results; add --resume to continue that sweep, or choose another --out")
-    rows, note = read_results(path)
+    rows, note = read_results(path, incomplete_note=False)  # resuming it is what INCOMPLETE asks for
     kept = [r for r in rows if r.get("status") != "failed"]
     if note:
         notes.append(note)

@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.report.render import err, progress
     from attnprof.workload import dtype_name, resolve_device
 
+    if args.kernel is not None:
+        from attnprof.commands.common import kernel_from_args
+
+        kernel_from_args(args)  # a --kernel mistake is reported as such, before the device is looked at
     if args.require is not None and args.require not in REQUIRE:
         raise UsageError(f"--require {args.require!r} is not a backend rule; choose one of {', '.join(REQUIRE)}")
     if args.phase is not None or args.measure or args.require == "measured" or args.pin:
@@ -97,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
         from attnprof.audit.model import audit_model
 
         dtype = dtype_name(args.dtype or ("bf16" if cuda else "fp32"))
+        from attnprof.models import load_config
+        from attnprof.validate import check_model_batch_fits
+
+        check_model_batch_fits(load_config(args.model), dtype, device, args.model, args.batch, args.seq or 64,
+                               "reduce --batch or --seq")  # a bad config or a batch beyond the device: exit 2 now
         err.print(f"[dim]building {args.model} from its config (random weights), one forward of a padded "
                   f"{args.batch}x{args.seq or 64} batch[/dim]")
         audit = audit_model(args.model, device=device, dtype=dtype, batch=args.batch, seq=args.seq or 64,
@@ -110,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
         dtypes = tuple(dtype_name(t) for t in args.dtypes.split(",")) if args.dtypes else None
         cells = grid(device, head_dims=_ints(args.head_dims, "--head-dims"), dtypes=dtypes, batch=args.batch,
                      heads=args.heads, seq=args.seq)
+        from attnprof.validate import check_workload_fits
+
+        for cell in cells:  # "needs N GiB, the device has M" before a probe allocates
+            check_workload_fits(cell.workload, scores_as="SDPA's math fallback")
         with progress() as bar:
             task = bar.add_task("envelope grid", total=len(cells))
             results = run_grid(cells, seed=args.seed, crosscheck_every=args.crosscheck, folder=folder,
@@ -123,9 +136,15 @@ def run(args: argparse.Namespace) -> int:
     data = {"schema": "attnprof.audit/1", "provenance": prov, "mode": "model" if args.model else "grid",
             "title": title, "command": command, "device": device, "preferred": preferred, "model": model_json,
             "require": args.require, "violations": len(bad_rows), "rows": rows}
+    from attnprof.stderr import captured
+
+    data["third_party_warnings"] = captured()
     write_json(folder / "audit.json", data)
     write_atomic(folder / "audit.md", markdown(data))
     print_terminal(data)
+    from attnprof.files import commit_folder
+
+    folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"report: {folder}/audit.json, audit.md")
     emit_json(args, {"schema": data["schema"], "out": str(folder), "mode": data["mode"], "preferred": preferred,
                      "calls": len(rows), "fell_back": sum(1 for r in rows if r["fell_back"]),

@@ -81,6 +81,9 @@ def run_phases(args: argparse.Namespace) -> int:
     write_json(folder / "audit.json", data)
     write_atomic(folder / "audit.md", markdown(data))
     print_terminal(data)
+    from attnprof.files import commit_folder
+
+    folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"report: {folder}/audit.json, audit.md")
     emit_json(args, {"schema": data["schema"], "out": str(folder), "mode": "phases", "sites": len(sites),
                      "calls": len(recorded.calls), "require": args.require, "violations": len(bad),

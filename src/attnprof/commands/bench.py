@@ -38,6 +38,8 @@ def register(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue the sweep in --out, skipping finished cells")
     p.add_argument("--reps", type=int, default=20, help="timed calls per cell (default 20, min 5)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (default 3)")
+    p.add_argument("--wide", action="store_true",
+                   help="every column in the terminal table (default: a summary that fits 80 columns)")
     p.add_argument("--measure-ceilings", action="store_true", help="measure the ceilings first if none are cached")
     c = p.add_argument_group("cluster (Ray; pip install 'attnprof[cluster]')")
     c.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
@@ -89,7 +91,14 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
                       heads=args.heads, head_dim=args.head_dim, dtype=args.dtype, causal=args.causal,
                       tokens=args.tokens)
     cells = grid.cells(device)
-    path = args.results or out_dir(args, "bench") / "results.jsonl"
+    if not on_ray:
+        from attnprof.validate import check_workload_fits
+
+        for cell in cells:  # a cell that cannot fit is named before the sweep allocates anything
+            check_workload_fits(cell.workload, [cell.variant])
+    # an interrupted sweep keeps its rows (marked INCOMPLETE) for --resume, which appends to them in place
+    path = args.results or out_dir(args, "bench", keep_partial=True, in_place=True) / "results.jsonl"
+    _check_grid(path, cells, kinds, args.resume)
     if on_ray:
         ceilings = None  # each worker looks up the ceilings of the GPU it runs on
         err.print(f"[dim]{executor.describe()}; {len(cells) * max(1, len(kinds))} task(s); ceilings looked up on each "
@@ -110,10 +119,14 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
                             resume=args.resume, argv=None, on_cell=on_cell, executor=executor,
                             accelerator_types=kinds, measure_ceilings=args.measure_ceilings)
         bar.update(task, completed=total, description="bench done")
+    if args.results is None:
+        from attnprof.files import commit_folder
+
+        path = commit_folder(path.parent) / path.name  # complete: the folder under its name, INCOMPLETE gone
     for note in summary.notes:
         err.print(f"[yellow]{note}[/yellow]")
     rows = with_speedups(summary.rows)
-    T.print_terminal(rows, f"{device} via Ray" if on_ray else device)
+    T.print_terminal(rows, f"{device} via Ray" if on_ray else device, wide=args.wide)
     counts = summary.counts()
     err.print(f"results: {path} ({summary.ran} cells run, {summary.skipped} already done; "
               + ", ".join(f"{k} {v}" for k, v in counts.items()) + f"); pictures: attnprof report {path.parent}")
@@ -121,6 +134,45 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
                      "skipped": summary.skipped, "counts": counts, "claims": T.headline(rows),
                      "executor": executor.name, "gpu_kinds": T.kinds(rows)})
     return 0
+
+
+GRID_SCHEMA = "attnprof.bench-grid/1"
+
+
+def grid_file(path: Path) -> Path:
+    """The file beside a results file that records which grid it is a sweep of."""
+    return path.with_name(path.stem + ".grid.json")
+
+
+def _check_grid(path: Path, cells, kinds: list[str], resume: bool) -> None:
+    """`--resume` continues the same grid only: the fingerprint of its cells is stored beside the results (a file
+    written before the fingerprint existed: every row must be a cell of this grid); a different grid is one line."""
+    import hashlib
+
+    from attnprof.bench.results import read_results, row_id
+    from attnprof.errors import UsageError
+    from attnprof.files import read_json, write_json
+
+    keys = sorted({f"{c.key}@{t}" if t else c.key for c in cells for t in (kinds or [None])})
+    fingerprint = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+    side = grid_file(path)
+    has_rows = path.is_file() and path.stat().st_size > 0
+    if has_rows and not resume:
+        return  # the sweep refuses to overwrite it (and leaves its grid file alone)
+    if resume and has_rows:
+        if side.is_file():
+            old = read_json(side, GRID_SCHEMA, what="bench grid file")
+            if old.get("fingerprint") != fingerprint:
+                raise UsageError(f"--resume: {path} is a sweep of another grid ({old.get('cells')} cells, fingerprint "
+                                 f"{old.get('fingerprint')}; these flags make {len(keys)} cells, {fingerprint}); "
+                                 "repeat that sweep's flags, or write to a new --out")
+        else:
+            rows, _ = read_results(path)
+            other = sorted({row_id(r) for r in rows} - set(keys))
+            if other:
+                raise UsageError(f"--resume: {path} holds {len(other)} cell(s) that are not in this grid (first: "
+                                 f"{other[0]}); repeat that sweep's flags, or write to a new --out")
+    write_json(side, {"schema": GRID_SCHEMA, "fingerprint": fingerprint, "cells": len(keys), "keys": keys})
 
 
 def _probe(ceilings, dtype: str) -> dict:

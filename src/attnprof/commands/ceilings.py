@@ -39,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
             found = measure_ceilings(device, progress=lambda what: status.update(f"measuring {what} on {device} …"))
         store(found)
         write_json(folder / "ceilings.json", found.to_json())
+        from attnprof.files import commit_folder
+
+        folder = commit_folder(folder)
         source = f"measured now; cached in {cache_path()}; written to {folder}/ceilings.json"
     if found is None:
         out.print(f"ceilings of {cache_key(device)}: unknown (never measured here; run `attnprof ceilings`)")

@@ -9,11 +9,9 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
 import sys
 from pathlib import Path
 
-from attnprof.errors import UsageError
 from attnprof.kinds import MASK_KINDS
 
 
@@ -43,9 +41,12 @@ def add_kernel_args(p: argparse.ArgumentParser) -> None:
 
 def kernel_from_args(args: argparse.Namespace):
     """The kernel repo `--kernel` / `--trust-remote-kernel` name (a `KernelSpec`; bad syntax is a UsageError)."""
+    from attnprof.validate import check_kernel
     from attnprof.variants.kernel_hub import parse_spec
 
-    return parse_spec(getattr(args, "kernel", None), getattr(args, "trust_remote_kernel", False))
+    spec = parse_spec(getattr(args, "kernel", None), getattr(args, "trust_remote_kernel", False))
+    check_kernel(spec, asked=getattr(args, "kernel", None) is not None)  # before any "no CUDA device" can hide it
+    return spec
 
 
 def variants_from_args(args: argparse.Namespace, default: tuple[str, ...] | None = None):
@@ -72,6 +73,8 @@ def workload_from_args(args: argparse.Namespace):
     """The workload the flags describe (a `Workload`), and one sentence on which defaults filled the rest."""
     from attnprof.workload import check_runs_here, default_workload, resolve_device
 
+    if getattr(args, "kernel", None) is not None:
+        kernel_from_args(args)  # a --kernel mistake is reported as such, before the device is looked at
     device = resolve_device(args.device)
     base, why = default_workload(device)
     given = {
@@ -92,19 +95,14 @@ def workload_from_args(args: argparse.Namespace):
     return workload, why
 
 
-def out_dir(args: argparse.Namespace, command: str) -> Path:
-    """The report folder: `--out` or `attnprof-report/<command>-<timestamp>/`, checked writable before work starts."""
+def out_dir(args: argparse.Namespace, command: str, *, keep_partial: bool = False, in_place: bool = False) -> Path:
+    """The folder to write the report into: `--out` or `attnprof-report/<command>-<timestamp>/`, checked writable
+    before work starts. It is a temporary sibling until the command ends well (see `attnprof.files.ReportFolder`):
+    call `attnprof.files.commit_folder` before printing where the report is; an exit-2 path leaves nothing."""
+    from attnprof.files import open_folder
+
     path = args.out or Path("attnprof-report") / f"{command}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out {path} exists and is not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create report folder {path}: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK):
-        raise UsageError(f"report folder {path} is not writable")
-    return path
+    return open_folder(Path(path), keep_partial=keep_partial, in_place=in_place)
 
 
 def emit_json(args: argparse.Namespace, obj: dict) -> None:

@@ -22,6 +22,7 @@ def register(sub) -> None:
                    help="smallest relative change of the median that counts (default 0.05 = 5%%)")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any cell regressed")
     add_output_args(p)
+    p.add_argument("--wide", action="store_true", help="every column in the terminal table (default: 80 columns)")
     p.set_defaults(handler=run)
 
 
@@ -44,13 +45,16 @@ def run(args: argparse.Namespace) -> int:
     pairs = compare(rows_a, rows_b, min_change=args.min_change)
     if not any(p.a and p.b for p in pairs):
         raise UsageError(f"{results_path(args.a)} and {results_path(args.b)} share no cell (variant + workload)")
-    print_pairs(pairs, results_path(args.a), results_path(args.b), rows_a, rows_b)
+    print_pairs(pairs, results_path(args.a), results_path(args.b), rows_a, rows_b, wide=args.wide)
     regressions = [p for p in pairs if p.verdict == "regression"]
     folder = out_dir(args, "compare")
     data = {"schema": "attnprof.compare/1", "provenance": provenance("cpu", seed=None),
             "a": str(results_path(args.a)), "b": str(results_path(args.b)), "min_change": args.min_change,
             "regressions": len(regressions), "cells": [p.to_json() for p in pairs]}
     write_json(folder / "compare.json", data)
+    from attnprof.files import commit_folder
+
+    folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"compare: {folder}/compare.json")
     counts = {v: sum(p.verdict == v for p in pairs) for v in dict.fromkeys(p.verdict for p in pairs)}
     out.print(" · ".join(f"{v}: {n}" for v, n in counts.items()))

@@ -85,9 +85,13 @@ def run(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     plan = make_plan(args, device)
+    from attnprof.validate import check_model_fits, check_serve_fits
+
+    check_model_fits(plan["config"], plan["dtype"], device, plan["model"])  # before any weight is allocated
+    check_serve_fits(plan, device)  # the largest prefill and decode points, before the first is run
     impls = resolve_impls(args.impls, device, config=plan["config"], dtype=plan["dtype"],
                           context=max(plan.get("context") or [plan.get("decode_context") or 1024]))
-    folder = out_dir(args, "serve")
+    folder = out_dir(args, "serve", keep_partial=True)  # an interrupted run keeps serve.partial.json
     partial = folder / f"{args.stem}.partial.json"  # the rows so far, named as partial; removed when complete
 
     def checkpoint(rows: dict) -> None:
@@ -100,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
                      on_progress=lambda text, advance: bar.update(task, description=text, advance=int(advance)),
                      checkpoint=checkpoint)
     data["provenance"] = provenance(device, seed=args.seed)
+    from attnprof.stderr import captured
+
+    data["third_party_warnings"] = captured()  # what torch and transformers warned, instead of printed raw
     data["command"] = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     stem = args.stem
     pictures = serve_report.write_plots(data, folder, stem)
@@ -108,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
     write_atomic(folder / f"{stem}.md", serve_report.markdown(data))
     partial.unlink(missing_ok=True)
     serve_report.print_terminal(data)
+    from attnprof.files import commit_folder
+
+    folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"report: {folder}/{stem}.json, {stem}.md" + "".join(f", {p.name}" for p in pictures))
     emit_json(args, serve_report.json_line(data, folder))
     failed = errors(data)

@@ -48,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
         from attnprof.variants import VARIANTS
 
         variants.append(VARIANTS["naive-compiled"])
+    from attnprof.validate import check_workload_fits
+
+    check_workload_fits(workload, variants)  # "needs N GiB, the device has M" before anything is allocated
     folder = out_dir(args, "stages")
     err.print(f"[dim]{note}[/dim]")
     with progress() as bar:
@@ -64,9 +67,15 @@ def run(args: argparse.Namespace) -> int:
     command = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     prov = provenance(workload.device, seed=args.seed)
     data = results_json(workload, results, prov, note)
+    from attnprof.stderr import captured
+
+    data["third_party_warnings"] = captured()  # what torch and friends warned, instead of printed raw
     write_json(folder / "results.json", data)
     write_atomic(folder / "report.md", markdown(results, workload.label(), note, command, prov))
     print_terminal(results, workload.label(), note, workload.device.startswith("cuda"), wide=args.wide)
+    from attnprof.files import commit_folder
+
+    folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"report: {folder}/results.json, report.md, traces/")
     emit_json(args, {"schema": data["schema"], "out": str(folder), "workload": data["workload"],
                      "stages": [{k: s[k] for k in ("variant", "status", "reason", "kernels_per_step", "backend",

@@ -23,6 +23,7 @@ def register(sub) -> None:
     p.add_argument("file", help="Kineto trace from torch.profiler (export_chrome_trace), .json or .json.gz")
     p.add_argument("--max-bytes", default="2G", help="refuse larger files (default 2G; e.g. 500M)")
     add_output_args(p)
+    p.add_argument("--wide", action="store_true", help="every column in the terminal table (default: 80 columns)")
     p.set_defaults(handler=run)
 
 
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     trace = load_trace(args.file, max_bytes=parse_size(args.max_bytes))
     report = analyze(trace)
     data = {"schema": "attnprof.trace/1", "provenance": provenance("cpu", seed=None), **report.to_json()}
-    print_terminal(report)
+    print_terminal(report, wide=args.wide)
     if args.out is not None:
         from attnprof.commands.common import out_dir
 

@@ -35,6 +35,7 @@ def register(sub) -> None:
     g.add_argument("--masked-rows", choices=("zeros", "report"), default="zeros",
                    help="rows that see no key: must be zeros (default) or only reported")
     g.add_argument("--cases", help="comma-separated subset of the default cases (see docs/verify.md)")
+    p.add_argument("--wide", action="store_true", help="every column in the terminal tables (default: 80 columns)")
     m = p.add_argument_group("model level")
     m.add_argument("--model", help="model preset (tiny-llama, tiny-qwen, llama-1b, …) or a config.json path")
     m.add_argument("--level", choices=("kernel", "model", "both"), default=None,
@@ -104,8 +105,16 @@ def _run(args: argparse.Namespace, executor) -> int:
         raise UsageError("--k must be positive")
     if args.model:
         from attnprof.models import load_config
+        from attnprof.validate import check_model_fits
 
-        load_config(args.model)  # an unknown preset fails now, before any work
+        config = load_config(args.model)  # an unknown preset or an impossible config fails now, before any work
+        check_model_fits(config, "fp32", device, args.model)  # the fp32 eager reference is the largest copy
+    for flag, value in (("--model-batch", args.model_batch), ("--model-seq", args.model_seq),
+                        ("--decode-tokens", args.decode_tokens)):
+        if value < 1:
+            raise UsageError(f"{flag} is {value}; it must be at least 1")
+    if args.min_prefix is not None and args.min_prefix < 0:
+        raise UsageError("--min-prefix must be >= 0")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31 - 10_000)
     err.print(f"[dim]seed {seed} (pass --seed {seed} to reproduce)[/dim]")
     folder = out_dir(args, "verify")
@@ -123,9 +132,15 @@ def _run(args: argparse.Namespace, executor) -> int:
         failures += model_failures
     data["ok"] = not failures
     data["failures"] = failures
+    from attnprof.stderr import captured
+
+    data["third_party_warnings"] = captured()  # e.g. dynamo's recompile limit: flex ran unfused from then on
     command = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     write_json(folder / "verify.json", data)
     write_atomic(folder / "verify.md", markdown(data, command))
+    from attnprof.files import commit_folder
+
+    folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"report: {folder}/verify.json, verify.md")
     emit_json(args, {"schema": SCHEMA, "out": str(folder), "ok": data["ok"], "seed": seed, "failures": failures,
                      "kernel": {n: s["status"] for n, s in (data["kernel"] or {}).get("summary", {}).items()},
@@ -145,6 +160,9 @@ def _cases(args, device: str, dtype: str):
 
     if any(getattr(args, f) is not None for f in _WORKLOAD_FLAGS):
         workload, why = workload_from_args(argparse.Namespace(**{**vars(args), "dtype": dtype}))
+        from attnprof.validate import check_workload_fits
+
+        check_workload_fits(workload)
         return [Case("given", workload, why)]
     return cases_for(device, dtype, args.cases)
 
@@ -170,7 +188,7 @@ def _kernel_level(args, device: str, dtypes: list[str], seed: int, rule, executo
     if result.not_verified:
         err.print(f"[dim]not verified: {', '.join(result.not_verified)} (plain PyTorch, the gate's baseline)[/dim]")
     block = {**result.to_json(), "executor": executor.name if executor is not None else "in-process"}
-    print_kernel_level(block, list(result.runs))
+    print_kernel_level(block, list(result.runs), wide=args.wide)
     return block, result.failures()
 
 
@@ -187,5 +205,5 @@ def _model_level(args, device: str, dtypes: list[str], seed: int, rule, kernel):
     report, failures = model_level(args.model, spec, device, dtypes, seed=seed, rule=rule, batch=args.model_batch,
                                    seq=args.model_seq, decode_tokens=args.decode_tokens, kernel=kernel,
                                    on_step=lambda s: err.print(f"[dim]model: {s}[/dim]"))
-    out.print(model_table(report))
+    out.print(model_table(report, wide=args.wide))
     return report, failures

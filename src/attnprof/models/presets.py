@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attnprof.errors import UsageError
+from attnprof.errors import UsageError, first_line
 from attnprof.files import read_json
+from attnprof.validate import check_model_fields, check_model_fits
 
 # name → (architecture, config fields). Llama-3-like shapes; the tiny ones run in seconds on a CPU.
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -44,6 +45,7 @@ def load_config(name_or_path: str, *, attn_implementation: str = "eager"):
     path = Path(name_or_path)
     if name_or_path in PRESETS:
         arch, fields = PRESETS[name_or_path]
+        check_model_fields(fields, name_or_path)
         cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config}[arch]
         config = cls(**fields)
     elif path.suffix == ".json" or path.is_dir():
@@ -52,10 +54,14 @@ def load_config(name_or_path: str, *, attn_implementation: str = "eager"):
         model_type = data.get("model_type") if isinstance(data, dict) else None
         if not model_type:
             raise UsageError(f"{file}: config has no model_type")
+        check_model_fields(data, str(file))  # before transformers divides by a zero head count
         try:
             config = tf.AutoConfig.for_model(model_type, **{k: v for k, v in data.items() if k != "model_type"})
-        except (ValueError, KeyError, TypeError) as exc:
-            raise UsageError(f"{file}: transformers cannot build a {model_type!r} config ({exc})") from None
+        except Exception as exc:  # ValueError, KeyError, huggingface_hub's strict validators: all the config's fault
+            cause = exc.__cause__ or exc
+            raise UsageError(f"{file}: transformers cannot build a {model_type!r} config "
+                             f"({first_line(cause)})") from None
+        check_model_fields(config.to_dict(), str(file))
     else:
         raise UsageError(f"unknown model preset {name_or_path!r}; presets: {', '.join(PRESETS)}, or a config.json path")
     config._attn_implementation = attn_implementation
@@ -71,6 +77,7 @@ def build_model(name_or_path: str, *, attn_implementation: str = "eager", dtype:
 
     tf = _transformers()
     config = load_config(name_or_path, attn_implementation=attn_implementation)
+    check_model_fits(config, dtype_name(dtype), device, name_or_path)  # before transformers allocates the weights
     torch.manual_seed(seed)
     with torch.device(device):
         model = tf.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,

@@ -58,6 +58,8 @@ def _without_kineto_chatter() -> Iterator[None]:
     """Kineto's C++ prints `USDT: … profiler_start` lines on fd 2 at every start and stop; keep everything else."""
     with capture_fd2() as lines:
         yield
-    kept = [line for line in lines if not _CHATTER.match(line)]
+    from attnprof.stderr import noise_line
+
+    kept = [line for line in lines if not _CHATTER.match(line) and not noise_line(line, "profiler")]
     if kept:
         sys.stderr.write("\n".join(kept) + "\n")

@@ -126,44 +126,93 @@ def _headline(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def print_terminal(rows: list[dict], where: str) -> None:
+# the compact terminal table: short headers, most important first (the rest: --wide, report.md, results.jsonl)
+SHORT = {"% matmul peak": "% peak", "GB/s (min bytes)": "GB/s", "% copy peak": "% copy", "p20–p80 ms": "p20–p80"}
+COMPACT = ["GPU", "variant", "workload", "status", "p50 ms", "× naive", "× sdpa", "TFLOP/s", "% peak", "p20–p80",
+           "GB/s", "peak MiB"]
+
+
+def print_terminal(rows: list[dict], where: str, *, wide: bool = False) -> None:
     """`attnprof bench`'s table (every speed beside its ceiling; a GPU column when the rows span several kinds) and
-    its headline claims. `where`: the device, e.g. "cuda" or "cuda via Ray"."""
+    its headline claims. `where`: the device, e.g. "cuda" or "cuda via Ray". By default it fits 80 columns (short
+    names, the reasons below the table); `wide` prints every column."""
     from rich.table import Table
 
-    from attnprof.report.render import out
+    from attnprof.report.render import compact_table, cut, left_out, out, say
 
     headers, body = table(rows)
-    grid = Table(title=f"attnprof bench on {where}", caption=ceilings_line(rows), caption_justify="left")
-    for h in headers:
-        grid.add_column(h, overflow="fold")
-    for r, cells_ in zip(rows, body):
-        grid.add_row(*cells_, style={"oom": "red", "error": "red", "failed": "red", "rejected": "yellow"}.get(
-            r["status"]))
-    out.print(grid)
+    style = {"oom": "red", "error": "red", "failed": "red", "rejected": "yellow"}
+    if wide:
+        grid = Table(title=f"attnprof bench on {where}", caption=ceilings_line(rows), caption_justify="left")
+        for h in headers:
+            grid.add_column(h, overflow="fold")
+        for r, cells_ in zip(rows, body):
+            grid.add_row(*cells_, style=style.get(r["status"]))
+        out.print(grid)
+    else:
+        from attnprof.report.render import fit_columns
+
+        short = [SHORT.get(h, h) for h in headers]
+        names, compact, hidden = fit_columns(short, [c[:-1] + [""] for c in body], COMPACT,
+                                             cuts={"variant": 16, "workload": 26, "GPU": 10})
+        out.print(compact_table(f"attnprof bench on {where}", names, compact,
+                                styles=[style.get(r["status"]) for r in rows],
+                                right=("p50 ms", "× naive", "× sdpa", "TFLOP/s", "% peak", "GB/s", "peak MiB")))
+        say(ceilings_line(rows), style="dim")
+        for r in rows:
+            why = r.get("reason") or (r.get("peak_mib_note") if r["status"] == "ok" else "")
+            if why:
+                say(f"{cut(r['variant'], 20)} on {r.get('label', '')}: {r['status']}: {why}", indent="",
+                    style=style.get(r["status"]))
+        left_out([h for h in hidden if h != "reason"], "--wide, attnprof report")
     for line in headline(rows):
-        out.print(line)
+        say(line, wide=wide)
 
 
-def print_pairs(pairs, path_a, path_b, rows_a: list[dict], rows_b: list[dict]) -> None:
+def print_pairs(pairs, path_a, path_b, rows_a: list[dict], rows_b: list[dict], *, wide: bool = False) -> None:
     """`attnprof compare`'s table: each cell's p50 (p20–p80) in A and B, the ratio and the verdict with its why; a
-    GPU column when a file spans several GPU kinds (each kind compared with itself)."""
+    GPU column when a file spans several GPU kinds (each kind compared with itself). By default it fits 80 columns:
+    p50s only, and the why of every verdict but "same" below the table; `wide` prints every column."""
     from rich.table import Table
 
     from attnprof.bench.results import gpu_kind
-    from attnprof.report.render import out
+    from attnprof.report.render import compact_table, cut, fit_columns, out, say
 
     dev = lambda rows: ", ".join(dict.fromkeys(gpu_kind(r) for r in rows)) or None  # noqa: E731
     per_kind = any(p.kind for p in pairs)
-    grid = Table(title=f"A = {path_a} ({dev(rows_a)})   B = {path_b} ({dev(rows_b)})")
-    for h in (("GPU",) if per_kind else ()) + ("variant", "workload", "A p50 ms (p20–p80)", "B p50 ms (p20–p80)",
-                                              "B / A", "verdict", "why"):
-        grid.add_column(h, overflow="fold")
     style = {"regression": "bold red", "improvement": "green", "status-change": "yellow"}
+    title = f"A = {path_a} ({dev(rows_a)})   B = {path_b} ({dev(rows_b)})"
+    if wide:
+        grid = Table(title=title)
+        for h in (("GPU",) if per_kind else ()) + ("variant", "workload", "A p50 ms (p20–p80)", "B p50 ms (p20–p80)",
+                                                  "B / A", "verdict", "why"):
+            grid.add_column(h, overflow="fold")
+        for p in pairs:
+            grid.add_row(*((p.kind,) if per_kind else ()), p.variant, p.label, _lat(p.a, fmt), _lat(p.b, fmt),
+                         fmt(p.ratio, ".3f"), p.verdict, p.why, style=style.get(p.verdict))
+        out.print(grid)
+        return
+    headers = ["GPU", "variant", "workload", "A p50 ms", "B p50 ms", "B / A", "verdict"]
+    body = [[p.kind or "", p.variant, p.label, _p50(p.a), _p50(p.b), fmt(p.ratio, ".3f"), p.verdict] for p in pairs]
+    keep = (["GPU"] if per_kind else []) + ["variant", "verdict", "B / A", "workload", "A p50 ms", "B p50 ms"]
+    names, compact, hidden = fit_columns(headers, body, keep, cuts={"variant": 16, "workload": 24, "GPU": 10})
+    say(f"A = {path_a} ({dev(rows_a)})", style="bold")
+    say(f"B = {path_b} ({dev(rows_b)})", style="bold")
+    out.print(compact_table("", names, compact, styles=[style.get(p.verdict) for p in pairs],
+                            right=("A p50 ms", "B p50 ms", "B / A")))
     for p in pairs:
-        grid.add_row(*((p.kind,) if per_kind else ()), p.variant, p.label, _lat(p.a, fmt), _lat(p.b, fmt),
-                     fmt(p.ratio, ".3f"), p.verdict, p.why, style=style.get(p.verdict))
-    out.print(grid)
+        if p.verdict != "same" and p.why:
+            say(f"{cut(p.variant, 20)} on {p.label}: {p.verdict}: {p.why}", style=style.get(p.verdict))
+    hidden = [h for h in hidden if h != "GPU"]
+    say(f"(not shown: {', '.join(hidden + ['p20–p80'])}; see --wide, compare.json)", style="dim")
+
+
+def _p50(row) -> str:
+    if row is None:
+        return "–"
+    if row["status"] != "ok":
+        return row["status"]
+    return fmt(row["latency_ms"]["p50"], ".4g")
 
 
 def _lat(row, fmt) -> str:

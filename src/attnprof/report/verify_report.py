@@ -57,18 +57,44 @@ def kernel_table(runs: list[CaseRun], dtype: str) -> Table:
     return table
 
 
-def model_table(model: dict) -> Table:
-    table = Table(title=f"model level: {model['preset']}, left-padded batch {model['batch']}×{model['seq']}, "
-                        f"vs eager fp32 on {model['valid_positions']} valid positions", title_justify="left")
-    for col in ("impl", "dtype", "status", "max |Δ logits|", "mean KL", "top-1", "greedy prefix"):
-        table.add_column(col, justify="left" if col in ("impl", "dtype", "status") else "right")
+def compact_kernel_tables(runs: list[CaseRun], dtype: str) -> None:
+    """`kernel_table` in 80 columns: the cases in blocks, each repeating the variant column; nothing wraps."""
+    from attnprof.report.render import column_blocks, compact_table, out, say
+
+    mine = [r for r in runs if r.case.workload.dtype == dtype]
+    names = list(dict.fromkeys(r.variant for run in mine for r in run.results))
+    headers = ["variant", *(run.case.name for run in mine)]
+    rows = [[name, *[next((cell(r, rich=True) for r in run.results if r.variant == name), "") for run in mine]]
+            for name in names]
+    say(f"kernel level, {dtype}: worst error/limit vs the fp64 oracle (limit = k × plain PyTorch {dtype}, floored)",
+        style="bold")
+    for block_headers, block_rows in column_blocks(headers, rows):
+        out.print(compact_table("", block_headers, block_rows, right=tuple(block_headers[1:])))
+
+
+def model_table(model: dict, *, wide: bool = False) -> Table:
+    """The model level's table; by default in 80 columns (short headers, no box), `wide`: the full one."""
+    from attnprof.report.render import compact_table
+
+    title = (f"model level: {model['preset']}, left-padded batch {model['batch']}×{model['seq']}, "
+             f"vs eager fp32 on {model['valid_positions']} valid positions")
+    cols = ("impl", "dtype", "status", "max |Δ logits|", "mean KL", "top-1", "greedy prefix")
+    rows = []
     for r in model["results"]:
         a = r["agreement"]
         colour = {"pass": "green", "fail": "red", "error": "red", "rejected": "dim", "baseline": "cyan"}[r["status"]]
         nums = (["–"] * 4 if a is None else
                 [f"{a['max_abs']:.2e}", f"{a['kl_mean']:.2e}", f"{100 * a['top1']:.1f}%",
                  f"{a['prefix_min']}/{a['tokens']}"])
-        table.add_row(r["impl"], r["dtype"], f"[{colour}]{r['status']}[/{colour}]", *nums)
+        rows.append([r["impl"], r["dtype"], f"[{colour}]{r['status']}[/{colour}]", *nums])
+    if not wide:
+        short = ["impl", "dtype", "status", "max |Δ|", "mean KL", "top-1", "prefix"]
+        return compact_table(title, short, rows, right=tuple(short[3:]))
+    table = Table(title=title, title_justify="left")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("impl", "dtype", "status") else "right")
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
@@ -160,19 +186,26 @@ def _issues_md(summary: dict) -> list[str]:
     return lines
 
 
-def print_kernel_level(level: dict, runs: list[CaseRun]) -> None:
-    """The per-dtype tables, then one line per failing variant (its first failure and hint) or rejected one."""
+def print_kernel_level(level: dict, runs: list[CaseRun], *, wide: bool = False) -> None:
+    """The per-dtype tables (by default in blocks of cases that fit 80 columns), then one line per failing variant
+    (its first failure and hint) or rejected one."""
     from rich.console import Group
-    from rich.markup import escape
 
     from attnprof.report.render import out
 
-    out.print(Group(*(kernel_table(runs, d) for d in level["dtypes"])))
+    if wide:
+        out.print(Group(*(kernel_table(runs, d) for d in level["dtypes"])))
+    else:
+        for d in level["dtypes"]:
+            compact_kernel_tables(runs, d)
+    from attnprof.report.render import say
+
     for name, s in level["summary"].items():
         if s["status"] == "fail":
             f = s["failures"][0]
-            out.print(f"[red]✗ {escape(name)}[/red] ({s['fail'] + s['error']} case(s)); first: {f['case']} "
-                      f"{f['dtype']}: {escape(f['reason'] or '')}"
-                      + (f"\n    [yellow]{escape(f['hint'])}[/yellow]" if f["hint"] else ""))
+            say(f"✗ {name} ({s['fail'] + s['error']} case(s)); first: {f['case']} {f['dtype']}: {f['reason'] or ''}",
+                wide=wide, style="red")
+            if f["hint"]:
+                say(f["hint"], wide=wide, indent="    ", style="yellow")
         elif s["rejections"] and not s["pass"]:
-            out.print(f"[dim]– {escape(name)} rejected: {escape(s['rejections'][0]['reason'] or '')}[/dim]")
+            say(f"– {name} rejected: {s['rejections'][0]['reason'] or ''}", wide=wide, style="dim")
