@@ -79,6 +79,34 @@ def test_matches_oracle_within_twice_eager(mod, case, path):
         assert (out[:, :, : sq - sk] == 0).all()
 
 
+@pytest.mark.parametrize("path", ["default", "gluon", "gluon-ws", "gluon-ws-128", "gluon-wsp"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:6])) + f"-{c[6]}-{'causal' if c[7] else 'full'}")
+def test_views_of_the_heads_major_layout_match_oracle(mod, case, path):
+    """`[B, S, H, D]` views of PyTorch's `[B, H, S, D]` tensors, as the `kernel` variant hands them over (no copy):
+    TMA and the Gluon programs read them as `[B*H*S, D]`; the output comes back in q's layout."""
+    b, hq, hkv, sq, sk, d, dtype, causal = case
+    w = Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype=dtype, causal=causal,
+                 device="cuda")
+    inputs = w.make_inputs(seed=sq + sk + 1)
+    ref = reference_attention(inputs)
+    eager = naive_attention(inputs).double()
+    if inputs.valid is not None:
+        eager = eager.masked_fill(~inputs.valid.any(-1, keepdim=True), 0.0)
+    q, k, v = (t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v))  # views, [B, S, H, D]
+    assert mod.tma_layout(q, k, v) == ("rows" if sq == sk == 1 or hq == hkv == 1 else "heads")
+    cfg = None if PATHS[path] is None else mod.Config(**PATHS[path])
+    if cfg is not None and cfg.gluon and (why := mod.gluon_unsupported(q, k, causal, cfg)):
+        with pytest.raises(ValueError, match="Gluon program"):
+            mod.attention(q, k, v, inputs.scale, causal, config=cfg)
+        assert cfg.persistent or sq % cfg.block_m or sk % cfg.block_n or (causal and sq > sk), why
+        return
+    out = mod.attention(q, k, v, inputs.scale, causal, config=cfg)
+    assert out.transpose(1, 2).is_contiguous() or sq == 1  # q's layout
+    out = out.transpose(1, 2)
+    err, base = rel_err(out, ref), rel_err(eager, ref)
+    assert err <= 2 * base, f"kernel error {err:.3g} > 2 x eager {dtype} error {base:.3g}"
+
+
 def test_variant_and_registry_on_gpu():
     w = Workload(batch=2, heads=16, kv_heads=4, seq=2048, head_dim=128, dtype="bf16", device="cuda")
     assert VARIANTS["kernel"].supports(w).ok

@@ -40,7 +40,7 @@ def _source(fn, sig, const):
 
 
 def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
-                 ws: bool = False, persistent: bool = False):
+                 ws: bool = False, persistent: bool = False, heads_in_rows: bool = False):
     mod = _module()
     fn = mod.attention_fwd_sm90_wsp if persistent else mod.attention_fwd_sm90_ws if ws else mod.attention_fwd_sm90
     q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
@@ -55,6 +55,8 @@ def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: 
     sig.update({k: v for k, v in args.items() if k in sig})  # the persistent form stores O through a pointer
     const = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal,
                  num_warps=warps)
+    if heads_in_rows:  # [B, S, H, D] views of [B, H, S, D] tensors: descriptors over [B*H*S, D]
+        const["HEADS_IN_ROWS"] = True
     sig.update({k: "constexpr" for k in const})
     kernel = triton.compile(_source(fn, sig, const), target=GPUTarget("cuda", 90, 32),
                             options=dict(num_warps=warps))
@@ -96,4 +98,16 @@ def test_warp_specialized_form_compiles_with_register_handoff_and_no_spills(shap
     stack = int(re.search(r"STACK:(\d+)", usage).group(1))
     local = int(re.search(r"LOCAL:(\d+)", usage).group(1))
     assert stack == 0 and local == 0, f"register spills: {usage.strip()}"
+    assert kernel.metadata.shared <= SMEM_PER_SM
+
+
+@pytest.mark.parametrize("ws", [False, True], ids=["one-warpgroup", "warp-specialized"])
+def test_heads_major_views_compile_with_the_same_schedule(ws, tmp_path):
+    """The `HEADS_IN_ROWS` form (views of PyTorch's [B, H, S, D] layout) changes only the tile coordinates."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    shape = (128, 128, 128, 4, 2, True) if ws else (64, 64, 128, 4, 3, True)  # block_m = 16 x warps without ws
+    kernel, sass, usage = compile_sm90(*shape, tmp_path, ws=ws, heads_in_rows=True)
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass
+    assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0
     assert kernel.metadata.shared <= SMEM_PER_SM

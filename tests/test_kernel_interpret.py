@@ -110,6 +110,40 @@ def _child() -> dict:
         out = VARIANTS["kernel"](inputs)
         results[f"variant/transposed={transposed}"] = {"accepted": verdict.ok, "err": rel_err(out, ref),
                                                        "eager": eager_err(inputs, ref)}
+    # the kernel variant hands [B, S, H, D] views of the workload's [B, H, S, D] tensors over: no layout copies
+    seen: list = []
+    plain = mod.flash_attn_func
+    mod.flash_attn_func = lambda q, k, v, **kw: seen.append((q.data_ptr(), k.data_ptr(), v.data_ptr())) or plain(
+        q, k, v, **kw)
+    try:
+        inputs = Workload(batch=2, heads=4, kv_heads=2, seq=70, head_dim=64, dtype="fp16").make_inputs(seed=2)
+        VARIANTS["kernel"](inputs)
+    finally:
+        mod.flash_attn_func = plain
+    results["variant_views"] = {"same_storage": seen == [(inputs.q.data_ptr(), inputs.k.data_ptr(),
+                                                          inputs.v.data_ptr())]}
+    # TMA over [B, S, H, D] views of [B, H, S, D] tensors: the 2-D view [B*H*S, D], a head's rows consecutive
+    for shape in [(2, 4, 2, 70, 90, 64, True), (1, 2, 2, 40, 40, 128, False), (2, 2, 1, 33, 33, 64, True)]:
+        b, hq, hkv, sq, sk, d, causal = shape
+        w = Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype="fp16", causal=causal)
+        inputs = w.make_inputs(seed=sq)
+        ref = reference_attention(inputs)
+        q, k, v = (t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v))
+        out = mod.attention(q, k, v, inputs.scale, causal, config=mod.Config(32, 32, 4, 2, True))
+        results[f"heads/{shape_id(shape)}"] = {"layout": mod.tma_layout(q, k, v), "err": rel_err(out.transpose(1, 2),
+                                               ref), "eager": eager_err(inputs, ref),
+                                               "out_is_bhsd": out.transpose(1, 2).is_contiguous()}
+    # ... where a tile past Sk reads the next head's first rows: NaN/inf there must not leak into this head
+    w = Workload(batch=1, heads=2, seq=40, head_dim=64, dtype="fp16", causal=False)
+    inputs = w.make_inputs(seed=6)
+    inputs.k[:, 1, :8] = float("nan")
+    inputs.v[:, 1, :8] = float("inf")
+    first = Inputs(inputs.q[:, :1], inputs.k[:, :1], inputs.v[:, :1], causal=False, scale=inputs.scale)
+    ref = reference_attention(first)
+    q, k, v = (t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v))
+    out = mod.attention(q, k, v, inputs.scale, False, config=mod.Config(32, 32, 4, 2, True)).transpose(1, 2)[:, :1]
+    results["heads_neighbour_inf"] = {"finite": bool(out.isfinite().all()), "err": rel_err(out, ref),
+                                      "eager": eager_err(first, ref)}
     # inf/NaN in one batch's first keys/values must not leak into the previous batch's last (partial) TMA tile
     w = Workload(batch=2, heads=2, seq=40, head_dim=64, dtype="fp16", causal=False)
     inputs = w.make_inputs(seed=5)
@@ -217,6 +251,18 @@ def test_non_finite_values_in_the_next_batch_do_not_leak_through_a_tma_tile(inte
     """A TMA tile past the end of batch 0's keys reads batch 1's first rows; their inf/NaN must not reach batch 0."""
     r = interp["tma_neighbour_inf"]
     assert r["finite"] and r["err"] <= 2 * r["eager"], r
+
+
+def test_kernel_variant_passes_views_not_copies(interp):
+    assert interp["variant_views"]["same_storage"], interp["variant_views"]
+
+
+@pytest.mark.parametrize("key", ["heads/2x4x2x70x90x64-causal", "heads/1x2x2x40x40x128-full",
+                                 "heads/2x2x1x33x33x64-causal", "heads_neighbour_inf"])
+def test_tma_reads_views_of_the_heads_major_layout(interp, key):
+    r = interp[key]
+    assert r.get("layout", "heads") == "heads" and r.get("out_is_bhsd", True) and r.get("finite", True), r
+    assert r["err"] <= 2 * r["eager"], r
 
 
 def test_lazy_rescale_follows_a_max_that_jumps_late(interp):

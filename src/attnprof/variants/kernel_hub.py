@@ -171,9 +171,12 @@ def kernel_attention(inputs: Inputs, spec: KernelSpec = DEFAULT) -> torch.Tensor
         raise RuntimeError(module.reason)
     if inputs.attn_mask is not None:
         raise ValueError("kernel: flash_attn_func takes no attention mask")
-    # [B, H, S, D] -> [B, S, H, D], flash-attn's layout. Free when the workload was made as [B, S, H, D]
-    # (`transposed`); otherwise `.contiguous()` copies, and those copies show up in the profile as the layout cost.
-    q, k, v = (t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))
+    # [B, H, S, D] -> [B, S, H, D], flash-attn's layout, as views. A kernel that declares `ACCEPTS_STRIDED`
+    # (flash-triton: any batch/seq/head strides, last dim contiguous) gets the views, no copy; any other kernel
+    # gets `.contiguous()` copies (free when the workload was made as [B, S, H, D]), which show up in the profile.
+    q, k, v = (t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v))
+    if not (getattr(module, "ACCEPTS_STRIDED", False) and all(t.stride(-1) == 1 for t in (q, k, v))):
+        q, k, v = (t.contiguous() for t in (q, k, v))
     out = module.flash_attn_func(q, k, v, softmax_scale=inputs.scale, causal=inputs.causal)
     if isinstance(out, tuple):  # some builds return (out, softmax_lse, ...)
         out = out[0]

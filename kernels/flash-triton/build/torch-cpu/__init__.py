@@ -35,9 +35,10 @@ from ._kvcache import flash_attn_with_kvcache, kvcache_attention
 from ._splits import DecodeConfig, cdiv
 from ._varlen import flash_attn_varlen_func, gluon_varlen_unsupported, varlen_attention
 
+ACCEPTS_STRIDED = True  # any batch/seq/head strides with a contiguous head dim: callers may pass views, no copies
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
            "kvcache_attention", "Config", "DecodeConfig", "default_config", "choose_config", "check_inputs",
-           "gluon_unsupported", "gluon_varlen_unsupported", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES",
+           "gluon_unsupported", "gluon_varlen_unsupported", "tma_layout", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES",
            "INTERPRETED"]
 
 _DECODE_ROWS = 64  # Sq x G rows up to which flash_attn_func takes the decode program (one decode M tile)
@@ -67,8 +68,11 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
     """None when the Gluon program (`_gluon.py`) can run these (already checked) inputs with `cfg`, else why not."""
     if q.device.type != "cuda" or INTERPRETED:
         return "the Gluon program needs a CUDA GPU (Gluon has no interpreter)"
-    if not (q.is_contiguous() and k.is_contiguous()):
-        return "the Gluon program reads contiguous [B, S, H, D] tensors through TMA (these are strided views)"
+    if tma_layout(q, k, k) is None:
+        return ("the Gluon program reads q, k, v through TMA as contiguous [B, S, H, D] tensors or as [B, S, H, D] "
+                "views of contiguous [B, H, S, D] ones (these have other strides)")
+    if cfg.persistent and tma_layout(q, k, k) == "heads":
+        return "the persistent Gluon program reads [B, S, H, D]-contiguous tensors only (these are [B, H, S, D] views)"
     major, minor = torch.cuda.get_device_capability(q.device)
     if (major, minor) != (9, 0):
         return f"the Gluon program uses wgmma, which only sm_90 has (this GPU is sm_{major}{minor})"
@@ -89,6 +93,23 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
                 f"(got {sq}, {sk}): its TMA tiles never cross a sequence end")
     if causal and sq > sk:
         return f"the Gluon program needs Sq <= Sk when causal (got {sq} > {sk}): it has no rows that see no key"
+    return None
+
+
+def _heads_major(t: torch.Tensor) -> bool:
+    """A `[B, S, H, D]` view of a contiguous `[B, H, S, D]` tensor (PyTorch's attention layout, transposed)."""
+    return t.transpose(1, 2).is_contiguous()
+
+
+def tma_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """How TMA can read these `[B, S, H, D]` tensors: "rows" (all contiguous: 2-D `[B*S, H*D]`), "heads" (all views
+    of contiguous `[B, H, S, D]`: 2-D `[B*H*S, D]`), or None (other strides: pointer loads)."""
+    if any(t.data_ptr() % 16 for t in (q, k, v)):
+        return None  # a TMA descriptor's base must be 16-byte aligned
+    if all(t.is_contiguous() for t in (q, k, v)):
+        return "rows"
+    if all(_heads_major(t) for t in (q, k, v)):
+        return "heads"
     return None
 
 
@@ -132,8 +153,10 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, _fp32_ok:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
               causal: bool = False, *, config: Config | DecodeConfig | None = None,
               _fp32_ok: bool = False) -> torch.Tensor:
-    """`flash_attn_func` with an explicit launch `config` (for tuning). `[B, S, H, D]` in and out (any strides
-    with a contiguous head dim; TMA and the Gluon program only for contiguous tensors)."""
+    """`flash_attn_func` with an explicit launch `config` (for tuning). `[B, S, H, D]` in and out, any strides with a
+    contiguous head dim, never copied: TMA (and the Gluon program) read contiguous tensors and `[B, S, H, D]` views of
+    contiguous `[B, H, S, D]` ones (`tma_layout`), other strides go through pointer loads. The output has q's layout
+    in the second case (a view of a `[B, H, S, D]` tensor), else it is contiguous."""
     # _fp32_ok: only the interpreter's own bf16 path (below) runs float32 copies; callers cannot ask for it
     reason = check_inputs(q, k, v, _fp32_ok=_fp32_ok and INTERPRETED)
     if reason is not None:
@@ -146,6 +169,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
             reason := gluon_unsupported(q, k, causal, config)):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
+    if isinstance(cfg, Config) and cfg.gluon and tma_layout(q, k, v) is None:  # v's layout: choose_config saw q, k
+        if config is not None:
+            raise ValueError(f"flash-triton: {config.label()}: v's strides are neither q's nor k's TMA layout")
+        cfg = default_config(d, q.device)
     bf16_interp = INTERPRETED and q.dtype == torch.bfloat16
     if bf16_interp and isinstance(cfg, DecodeConfig):
         if config is not None:
@@ -162,19 +189,28 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         # bf16. Never on a GPU, where bf16 is compiled and right.
         out = attention(q.float(), k.float(), v.float(), softmax_scale, causal, config=cfg, _fp32_ok=True)
         return out.to(torch.bfloat16)
-    out = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
+    layout = tma_layout(q, k, v)
+    # the output takes q's layout when q is a view of [B, H, S, D] (no copy on the way back to PyTorch's layout)
+    if layout == "heads":
+        out = torch.empty((b, hq, sq, d), dtype=q.dtype, device=q.device).transpose(1, 2)
+    else:
+        out = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
     if cfg.gluon:
         _launch_gluon(q, k, v, out, scale, bool(causal), cfg)
         return out
-    if cfg.use_tma and not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
-        cfg = dataclasses.replace(cfg, use_tma=False)  # TMA reads the 2-D view [B*S, H*D]: contiguous tensors only
+    if cfg.use_tma and layout is None:
+        cfg = dataclasses.replace(cfg, use_tma=False)  # other strides: pointer loads
     if cfg.use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        # 2-D views [B*S, H*D]: a tile is BLOCK rows of one head's D columns
-        desc_q = TensorDescriptor(q, [b * sq, hq * d], [hq * d, 1], [cfg.block_m, d])
-        desc_k = TensorDescriptor(k, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d])
-        desc_v = TensorDescriptor(v, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d])
+        if layout == "heads":  # 2-D views [B*H*S, D]: a tile is BLOCK consecutive rows of one head
+            desc_q = TensorDescriptor(q, [b * hq * sq, d], [d, 1], [cfg.block_m, d])
+            desc_k = TensorDescriptor(k, [b * hkv * sk, d], [d, 1], [cfg.block_n, d])
+            desc_v = TensorDescriptor(v, [b * hkv * sk, d], [d, 1], [cfg.block_n, d])
+        else:  # 2-D views [B*S, H*D]: a tile is BLOCK rows of one head's D columns
+            desc_q = TensorDescriptor(q, [b * sq, hq * d], [hq * d, 1], [cfg.block_m, d])
+            desc_k = TensorDescriptor(k, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d])
+            desc_v = TensorDescriptor(v, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d])
     else:
         desc_q = desc_k = desc_v = None
     grid = (cdiv(sq, cfg.block_m), b * hq)
@@ -187,7 +223,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         hq, hq // hkv, sq, sk, None, None,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma,
         WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
-        LAZY_RESCALE=cfg.lazy_rescale,
+        LAZY_RESCALE=cfg.lazy_rescale, HEADS_IN_ROWS=cfg.use_tma and layout == "heads",
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
@@ -204,9 +240,13 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     sk, hkv = k.shape[1], k.shape[2]
     element = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
 
-    def desc(t: torch.Tensor, block: int) -> TensorDescriptor:  # the 2-D view [B*S, H*D], tiles [block, D]
-        rows, heads = t.shape[0] * t.shape[1], t.shape[2]
+    heads_in_rows = tma_layout(q, k, v) == "heads"  # gluon_unsupported let only "rows" or "heads" through
+
+    def desc(t: torch.Tensor, block: int) -> TensorDescriptor:  # 2-D [B*S, H*D] or [B*H*S, D], tiles [block, D]
         layout = gl.NVMMASharedLayout.get_default_for([block, d], element)
+        if heads_in_rows:
+            return TensorDescriptor(t, [t.shape[0] * t.shape[2] * t.shape[1], d], [d, 1], [block, d], layout)
+        rows, heads = t.shape[0] * t.shape[1], t.shape[2]
         return TensorDescriptor(t, [rows, heads * d], [heads * d, 1], [block, d], layout)
 
     scale2 = scale * math.log2(math.e)
@@ -227,7 +267,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         desc(q, q_rows), desc(k, cfg.block_n), desc(v, cfg.block_n), desc(out, q_rows),
         scale2, hq, hq // hkv, sq, sk,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-        num_warps=cfg.num_warps,
+        num_warps=cfg.num_warps, HEADS_IN_ROWS=heads_in_rows,
     )
 
 

@@ -78,8 +78,11 @@ def _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, block, kv_row, 
 @gluon.jit
 def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK,
                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
-    """grid = (Sq / BLOCK_M, B * H); BLOCK_M = 16 * num_warps (one warpgroup per 64 rows)."""
+                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
+                       HEADS_IN_ROWS: gl.constexpr = False):
+    """grid = (Sq / BLOCK_M, B * H); BLOCK_M = 16 * num_warps (one warpgroup per 64 rows). The descriptors are 2-D
+    views `[B*S, H*D]` of `[B, S, H, D]` tensors, or with `HEADS_IN_ROWS` `[B*H*S, D]` of `[B, H, S, D]` ones
+    (`[B, S, H, D]` views of them: what a transpose of PyTorch's own layout hands over, read without a copy)."""
     dtype: gl.constexpr = desc_q.dtype
     if CAUSAL:
         start_m = gl.num_programs(0) - 1 - gl.program_id(0)  # heaviest tiles first
@@ -90,10 +93,16 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
     h = off_bh % H
     hk = h // GROUPS  # GQA
     m0 = start_m * BLOCK_M
-    q_row = b * SQ + m0
-    kv_row = b * SK
-    q_col = h * HEAD_DIM
-    kv_col = hk * HEAD_DIM
+    if HEADS_IN_ROWS:  # [B*H*S, D]: a head's rows are consecutive
+        q_row = (b * H + h) * SQ + m0
+        kv_row = (b * (H // GROUPS) + hk) * SK
+        q_col = 0
+        kv_col = 0
+    else:  # [B*S, H*D]: a head is a column block
+        q_row = b * SQ + m0
+        kv_row = b * SK
+        q_col = h * HEAD_DIM
+        kv_col = hk * HEAD_DIM
 
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -252,9 +261,11 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, 
 @gluon.jit
 def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK,
                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                          STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+                          STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
+                          HEADS_IN_ROWS: gl.constexpr = False):
     """grid = (Sq / BLOCK_M, B * H); BLOCK_M = 128 (two consumer warpgroups of 64 rows), num_warps = 4 (the default
-    partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows."""
+    partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows.
+    `HEADS_IN_ROWS`: as in `attention_fwd_sm90`."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = desc_q.dtype
     if CAUSAL:
@@ -266,10 +277,16 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
     h = off_bh % H
     hk = h // GROUPS
     m0 = start_m * BLOCK_M
-    q_row = b * SQ + m0
-    kv_row = b * SK
-    q_col = h * HEAD_DIM
-    kv_col = hk * HEAD_DIM
+    if HEADS_IN_ROWS:  # [B*H*S, D]: a head's rows are consecutive
+        q_row = (b * H + h) * SQ + m0
+        kv_row = (b * (H // GROUPS) + hk) * SK
+        q_col = 0
+        kv_col = 0
+    else:  # [B*S, H*D]: a head is a column block
+        q_row = b * SQ + m0
+        kv_row = b * SK
+        q_col = h * HEAD_DIM
+        kv_col = hk * HEAD_DIM
     diag = SK - SQ
     if CAUSAL:
         end = gl.minimum(m0 + BLOCK_M + diag, SK)

@@ -21,9 +21,9 @@ is rows `cu_seqlens[b] : cu_seqlens[b+1]` (queries and keys each have their own)
 longest query sequence and a tile past its own sequence's end does no work. Everything else (causal diagonal
 bottom-right per sequence, the masked tail, rows that see no key) is the dense program's, with per-sequence lengths.
 
-Loads use TMA descriptors over the 2-D view `[B*S, H*D]` (varlen: `[total, H*D]`) when `USE_TMA` (Hopper+), plain
-pointers otherwise.
-A TMA tile that runs past the end of one sequence reads the next sequence's first rows: those keys are masked to
+Loads use TMA descriptors over the 2-D view `[B*S, H*D]` (varlen: `[total, H*D]`; `HEADS_IN_ROWS`: `[B*H*S, D]`, for
+`[B, S, H, D]` views of `[B, H, S, D]` tensors) when `USE_TMA` (Hopper+), plain pointers (any strides) otherwise.
+A TMA tile that runs past the end of one sequence reads the next sequence's (or head's) first rows: those keys are masked to
 -inf (probability exactly 0), those values are zeroed (0 · inf would be NaN) and those queries are never stored,
 so nothing of the next batch reaches this one, finite or not. The output is always stored with a row mask.
 """
@@ -174,10 +174,12 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
                   OVERLAP: tl.constexpr = False, POLY_EXP: tl.constexpr = False,
-                  LAZY_RESCALE: tl.constexpr = False, VARLEN: tl.constexpr = False):
+                  LAZY_RESCALE: tl.constexpr = False, VARLEN: tl.constexpr = False,
+                  HEADS_IN_ROWS: tl.constexpr = False):
     """grid = (cdiv(Sq, BLOCK_M), B * H). Tensors `[B, S, H, D]`, last dim contiguous. With `VARLEN`: tensors
     `[total, H, D]` (the batch strides unused), `CuSeqQ`/`CuSeqK` the `[B + 1]` cumulative lengths, SQ the longest
-    query sequence (the grid), SK unused."""
+    query sequence (the grid), SK unused. With `HEADS_IN_ROWS` (dense only) the TMA descriptors are `[B*H*S, D]`
+    views of `[B, H, S, D]` tensors (handed over as `[B, S, H, D]` views): a head's rows are consecutive there."""
     if CAUSAL:
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest tiles first
     else:
@@ -209,8 +211,14 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
         k_base = K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
         v_base = V + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
     kv_col = hk * HEAD_DIM
+    q_col = h * HEAD_DIM
+    if HEADS_IN_ROWS:  # the TMA rows of this (batch, head); a tile past Sk reads the next head's rows (masked below)
+        q_row0 = (b * H + h) * SQ
+        kv_row0 = (b * (H // GROUPS) + hk) * SK
+        q_col = 0
+        kv_col = 0
     if USE_TMA:
-        q = desc_q.load([q_row0 + m0, h * HEAD_DIM])
+        q = desc_q.load([q_row0 + m0, q_col])
     else:
         q_ptrs = q_base + offs_m[:, None] * stride_qs + offs_d[None, :]
         q = tl.load(q_ptrs, mask=offs_m[:, None] < sq, other=0.0)
