@@ -28,7 +28,7 @@ import math
 import torch
 import triton
 
-from ._checks import refuse_unsupported
+from ._checks import head_dim_problem, refuse_unsupported
 from ._config import INTERPRETED, SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, Config, default_config
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
@@ -138,8 +138,7 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, _fp32_ok:
     if dk != d:
         return f"head dim of q ({d}) and k/v ({dk}) differ"
     if d not in SUPPORTED_HEAD_DIMS:
-        return (f"head dim {d} is not supported; flash-triton is built and tuned for head dims "
-                f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))} (tile shapes and shared memory are sized for them)")
+        return head_dim_problem(d)
     if hkv == 0 or hq % hkv:
         return f"query heads ({hq}) must be a multiple of kv heads ({hkv}) for GQA"
     if q.device.type == "cpu" and not INTERPRETED:

@@ -64,8 +64,7 @@ def common_problem(q: torch.Tensor, k: torch.Tensor, tensors: dict[str, torch.Te
     if k.shape[-1] != d:
         return f"head dim of q ({d}) and k/v ({k.shape[-1]}) differ"
     if d not in SUPPORTED_HEAD_DIMS:
-        return (f"head dim {d} is not supported; flash-triton is built and tuned for head dims "
-                f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))} (tile shapes and shared memory are sized for them)")
+        return head_dim_problem(d)
     hq, hkv = q.shape[-2], k.shape[-2]
     if hkv == 0 or hq % hkv:
         return f"query heads ({hq}) must be a multiple of kv heads ({hkv}) for GQA"
@@ -97,3 +96,11 @@ def index_problem(name: str, t, length: int | None, device: torch.device, dims: 
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         return f"{name} must be contiguous along its last dimension, got strides {t.stride()}"
     return None
+
+
+def head_dim_problem(d: int) -> str:
+    """Why head dim `d` is refused, with the nearest supported one (the model needs a kernel built for its own)."""
+    nearest = min(SUPPORTED_HEAD_DIMS, key=lambda n: (abs(n - d), n))
+    return (f"head dim {d} is not supported; flash-triton is built and tuned for head dims "
+            f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))} (tile shapes and shared memory are sized for them; nearest "
+            f"supported: {nearest}; a model with head dim {d} needs another backend, e.g. SDPA)")
