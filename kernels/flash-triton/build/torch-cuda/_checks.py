@@ -100,7 +100,7 @@ def index_problem(name: str, t, length: int | None, device: torch.device, dims: 
 
 def head_dim_problem(d: int) -> str:
     """Why head dim `d` is refused, with the nearest supported one (the model needs a kernel built for its own)."""
-    nearest = min(SUPPORTED_HEAD_DIMS, key=lambda n: (abs(n - d), n))
+    nearest = min(SUPPORTED_HEAD_DIMS, key=lambda n: (abs(n - d), -n))  # a tie: the larger (d padded up fits)
     return (f"head dim {d} is not supported; flash-triton is built and tuned for head dims "
             f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))} (tile shapes and shared memory are sized for them; nearest "
             f"supported: {nearest}; a model with head dim {d} needs another backend, e.g. SDPA)")
