@@ -144,6 +144,41 @@ def _child() -> dict:
     out = mod.attention(q, k, v, inputs.scale, False, config=mod.Config(32, 32, 4, 2, True)).transpose(1, 2)[:, :1]
     results["heads_neighbour_inf"] = {"finite": bool(out.isfinite().all()), "err": rel_err(out, ref),
                                       "eager": eager_err(first, ref)}
+    # head dims 80 and 96 (padded to 128 columns inside) and 256, on every entry point, fp16 and bf16
+    for d in (80, 96, 256):
+        for dtype in ("fp16", "bf16"):
+            for b, hq, hkv, sq, sk, causal in ((2, 4, 2, 37, 53, True), (1, 2, 1, 1, 45, True)):  # prefill, decode
+                w = Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype=dtype,
+                             causal=causal)
+                inputs = w.make_inputs(seed=d + sq)
+                ref = reference_attention(inputs)
+                q, k, v = (t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v))
+                out = mod.flash_attn_func(q, k, v, softmax_scale=inputs.scale, causal=causal).transpose(1, 2)
+                results[f"hd{d}/dense/{dtype}/sq{sq}"] = {"err": rel_err(out, ref), "eager": eager_err(inputs, ref)}
+        # varlen: three sequences, one empty; kvcache: a paged cache, new keys appended, three splits
+        w = Workload(batch=1, heads=4, kv_heads=2, seq=33, kv_seq=33, head_dim=d, dtype="fp16", causal=True)
+        inputs = w.make_inputs(seed=d)
+        ref = reference_attention(inputs)
+        q, k, v = (t.transpose(1, 2)[0] for t in (inputs.q, inputs.k, inputs.v))  # [S, H, D], one sequence
+        pad = lambda t: torch.cat([t.new_zeros(5, *t.shape[1:]), t])  # noqa: E731 - a 5-row sequence before it
+        cu = torch.tensor([0, 5, 5, 38], dtype=torch.int32)
+        out = mod.flash_attn_varlen_func(pad(q), pad(k), pad(v), cu, cu, 33, 33, softmax_scale=inputs.scale,
+                                         causal=True)[5:]
+        results[f"hd{d}/varlen"] = {"err": rel_err(out[None].transpose(1, 2), ref), "eager": eager_err(inputs, ref)}
+        w = Workload(batch=1, heads=4, kv_heads=2, seq=1, kv_seq=40, head_dim=d, dtype="fp16", causal=True)
+        inputs = w.make_inputs(seed=d + 1)
+        ref = reference_attention(inputs)
+        q, k, v = (t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v))
+        cache_k, cache_v = (torch.zeros(4, 16, 2, d, dtype=torch.float16) for _ in range(2))  # 4 pages of 16
+        table = torch.tensor([[2, 0, 3]], dtype=torch.int32)
+        for j, page in enumerate((2, 0, 3)):  # the first 39 keys cached, the 40th appended by the call
+            cache_k[page, : min(16, 39 - 16 * j)] = k[0, 16 * j: min(16 * j + 16, 39)]
+            cache_v[page, : min(16, 39 - 16 * j)] = v[0, 16 * j: min(16 * j + 16, 39)]
+        out = mod.flash_attn_with_kvcache(q, cache_k, cache_v, k[:, 39:], v[:, 39:],
+                                          cache_seqlens=torch.tensor([39], dtype=torch.int32), block_table=table,
+                                          softmax_scale=inputs.scale, causal=True, num_splits=3)
+        results[f"hd{d}/kvcache"] = {"err": rel_err(out.transpose(1, 2), ref), "eager": eager_err(inputs, ref),
+                                     "appended": bool(torch.equal(cache_k[3, 7], k[0, 39]))}
     # inf/NaN in one batch's first keys/values must not leak into the previous batch's last (partial) TMA tile
     w = Workload(batch=2, heads=2, seq=40, head_dim=64, dtype="fp16", causal=False)
     inputs = w.make_inputs(seed=5)
@@ -253,6 +288,15 @@ def test_non_finite_values_in_the_next_batch_do_not_leak_through_a_tma_tile(inte
     assert r["finite"] and r["err"] <= 2 * r["eager"], r
 
 
+@pytest.mark.parametrize("key", [f"hd{d}/{case}" for d in (80, 96, 256) for case in
+                                 ("dense/fp16/sq37", "dense/bf16/sq37", "dense/fp16/sq1", "dense/bf16/sq1", "varlen",
+                                  "kvcache")])
+def test_head_dims_80_96_256_match_the_oracle_on_every_entry_point(interp, key):
+    r = interp[key]
+    assert r["err"] <= 2 * r["eager"], r
+    assert r.get("appended", True), r  # the new key landed in its page (position 39 = page 3, row 7)
+
+
 def test_kernel_variant_passes_views_not_copies(interp):
     assert interp["variant_views"]["same_storage"], interp["variant_views"]
 
@@ -301,14 +345,14 @@ def _tensors(b=1, sq=16, sk=16, hq=2, hkv=2, d=64, dtype=torch.float16):
 
 @pytest.mark.parametrize("make, words", [
     (lambda: _tensors(dtype=torch.float32), "float16 and bfloat16 only"),
-    (lambda: _tensors(d=96), "head dim 96 is not supported; .* nearest supported: 128;"),
+    (lambda: _tensors(d=100), "head dim 100 is not supported; .* nearest supported: 96;"),
     (lambda: _tensors(hq=3, hkv=2), "multiple of kv heads"),
     (lambda: (lambda q, k, v: (q[..., ::2], k[..., ::2], v[..., ::2]))(*_tensors()), "contiguous last"),
     (lambda: (lambda q, k, v: (q, k, v[:, :8].contiguous()))(*_tensors()), "same shape"),
     (lambda: (lambda q, k, v: (q, k[..., :32].contiguous(), v[..., :32].contiguous()))(*_tensors()), "head dim of q"),
     (lambda: (lambda q, k, v: (q[0], k, v))(*_tensors()), "must be 4-D"),
     (lambda: _tensors(), "TRITON_INTERPRET=1"),  # valid tensors, but this process has no interpreter
-], ids=["fp32", "d96", "gqa", "strided", "kv-shapes", "kv-head-dim", "3d", "cpu-no-interpreter"])
+], ids=["fp32", "d100", "gqa", "strided", "kv-shapes", "kv-head-dim", "3d", "cpu-no-interpreter"])
 def test_bad_inputs_refused_before_launch(make, words):
     from kernels import get_local_kernel
 

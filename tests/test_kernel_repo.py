@@ -138,7 +138,7 @@ def test_cpu_without_interpreter_is_rejected_with_the_reason(monkeypatch):
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"head_dim": 96}, "head dim 96"),
+    ({"head_dim": 100}, "head dim 100"),
     ({"dtype": "fp32"}, "fp16 or bf16"),
     ({"mask": "pad-left"}, "no attention mask"),
 ])

@@ -59,7 +59,7 @@ def compile_decode(page: int, append: bool, fused: bool):
     pointers = {n: "*bf16" for n in ("Q", "KCache", "VCache", "KNew", "VNew", "O")}
     pointers.update(LSE="*fp32", Seqlens="*i32", BatchIdx="*i32", LeftPad="*i32", Table="*i32", PartAcc="*fp32",
                     PartML="*fp32", Counters="*i32", qk_scale="fp32")
-    const = dict(HEAD_DIM=128, BLOCK_M=16, BLOCK_N=64, PAGE_SIZE=page, CAUSAL=append, APPEND=append, HAS_SEQLENS=True,
+    const = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=64, PAGE_SIZE=page, CAUSAL=append, APPEND=append, HAS_SEQLENS=True,
                  HAS_BATCH_IDX=False, HAS_LEFTPAD=False, SPLIT=True, FUSED_REDUCE=fused, STORE_LSE=False,
                  LSE=None, BatchIdx=None, LeftPad=None)
     if not append:
@@ -105,7 +105,7 @@ def test_fused_merge_counts_with_atomics(decode):
 def test_varlen_prefill_compiles_on_both_load_paths(tma):
     fn = _load("_kernel").attention_fwd
     pointers = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", qk_scale="fp32", CuSeqQ="*i32", CuSeqK="*i32")
-    const = dict(HEAD_DIM=128, BLOCK_M=64, BLOCK_N=64, CAUSAL=True, USE_TMA=tma, WARP_SPECIALIZE=False,
+    const = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, CAUSAL=True, USE_TMA=tma, WARP_SPECIALIZE=False,
                  OVERLAP=False, POLY_EXP=False, LAZY_RESCALE=False, VARLEN=True)
     if tma:
         pointers.update({n: "tensordesc<bf16[64, 128]>" for n in ("desc_q", "desc_k", "desc_v")})

@@ -18,6 +18,7 @@ import math
 import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
+from ._config import block_d
 from ._decode import kvcache_fwd, kvcache_reduce
 from ._splits import DEFAULT, DecodeConfig, counters, plan
 
@@ -89,7 +90,8 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
     p = plan(batch, hkv, sq * groups, capacity, q.device, cfg, num_splits)
     split = p.num_splits > 1
     tiles = batch * hkv * p.m_tiles
-    part_acc = torch.empty(tiles * p.num_splits * p.block_m * d, dtype=torch.float32, device=q.device) if split else None
+    width = block_d(d)  # the partials are as wide as the program's tiles (80, 96 -> 128)
+    part_acc = torch.empty(tiles * p.num_splits * p.block_m * width, dtype=torch.float32, device=q.device) if split else None
     part_ml = torch.empty(tiles * p.num_splits * p.block_m * 2, dtype=torch.float32, device=q.device) if split else None
     count = counters(q.device, tiles) if split and cfg.fused_reduce else None
     seqlens = cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None
@@ -108,14 +110,14 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
         block_table.stride(0) if paged else 0,
         hq, hkv, groups, sq, s_new, capacity, p.split_len, p.num_splits,
         HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_N=cfg.block_n, PAGE_SIZE=page,
-        HAS_BATCH_IDX=cache_batch_idx is not None, SPLIT=split, FUSED_REDUCE=cfg.fused_reduce, **flags,
+        HAS_BATCH_IDX=cache_batch_idx is not None, SPLIT=split, FUSED_REDUCE=cfg.fused_reduce, BLOCK_D=width, **flags,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split and not cfg.fused_reduce:
         kvcache_reduce[(batch * hkv, p.m_tiles)](
             out, lse, seqlens, cache_leftpad, part_acc, part_ml, seqlen_scalar, *strides(out),
             hq, hkv, groups, sq, s_new, capacity, p.split_len, p.num_splits,
-            HEAD_DIM=d, BLOCK_M=p.block_m, **flags, num_warps=4,
+            HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_D=width, **flags, num_warps=4,
         )
     return (out, lse) if return_softmax_lse else out
 

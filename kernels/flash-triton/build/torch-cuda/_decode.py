@@ -144,16 +144,27 @@ def _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL: tl.constex
 
 
 @triton.jit
+def _cols_mask(rows_ok, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """`rows_ok` as a tile mask, plus the D valid columns when the head dim is padded (80, 96 -> BLOCK_D 128);
+    decided at compile time, so power-of-two head dims keep their plain row masks (and vectorized loads)."""
+    if BLOCK_D == HEAD_DIM:
+        return rows_ok[:, None]
+    else:
+        return rows_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+
+
+@triton.jit
 def _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ,
-            stride_ob, stride_os, stride_oh, STORE_LSE: tl.constexpr, HEAD_DIM: tl.constexpr):
+            stride_ob, stride_os, stride_oh, STORE_LSE: tl.constexpr, HEAD_DIM: tl.constexpr,
+            BLOCK_D: tl.constexpr):
     """out = acc / l into `[B, Sq, Hq, D]`; LSE (natural log, `[B, Hq, Sq]`) = (m + log2 l)·ln 2, +inf when l = 0."""
     h = hk * GROUPS + g
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     o_ptrs = (O + b.to(tl.int64) * stride_ob + qi.to(tl.int64)[:, None] * stride_os + h.to(tl.int64)[:, None] * stride_oh
               + offs_d[None, :])
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=_cols_mask(row_ok, offs_d, HEAD_DIM, BLOCK_D))
     if STORE_LSE:
         lse = tl.where(l_i == 0.0, float("inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
         tl.store(LSE + (b.to(tl.int64) * HQ + h) * SQ + qi, lse, mask=row_ok)
@@ -161,7 +172,7 @@ def _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ,
 
 @triton.jit
 def _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M: tl.constexpr,
-                   HEAD_DIM: tl.constexpr, NUM_SPLITS_MAX):
+                   HEAD_DIM: tl.constexpr, NUM_SPLITS_MAX):  # HEAD_DIM here: the partials' width, BLOCK_D
     """Merge the partials of splits [n_lo, n_hi) of one (b, kv head, M tile). Partials `[tiles, splits, BLOCK_M, D]`
     (acc) and `[tiles, splits, BLOCK_M, 2]` (m, l), read past L1 (`.cg`: another SM wrote them)."""
     offs_d = tl.arange(0, HEAD_DIM)
@@ -193,7 +204,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
                 CAUSAL: tl.constexpr, APPEND: tl.constexpr, HAS_SEQLENS: tl.constexpr,
                 HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr, SPLIT: tl.constexpr,
-                FUSED_REDUCE: tl.constexpr, STORE_LSE: tl.constexpr):
+                FUSED_REDUCE: tl.constexpr, STORE_LSE: tl.constexpr, BLOCK_D: tl.constexpr = 128):
     """grid = (num_splits, B * Hkv, cdiv(Sq * G, BLOCK_M)). q `[B, Sq, Hq, D]`, caches dense `[B_c, S_c, Hkv, D]` or
     paged `[blocks, PAGE_SIZE, Hkv, D]`, k/v new `[B, Snew, Hkv, D]`, out `[B, Sq, Hq, D]`; last dims contiguous."""
     s = tl.program_id(0)
@@ -208,7 +219,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
         cb = b
     old, total, lo = _lengths(Seqlens, LeftPad, b, seqlen_scalar, S_NEW, cap, HAS_SEQLENS, HAS_LEFTPAD, APPEND)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)  # the head dim padded to a power of two (80, 96 -> 128)
 
     if APPEND:  # write this split's share of the new keys/values into the cache (M tile 0 only)
         w_lo = tl.maximum(old, s * split_len)
@@ -218,18 +229,19 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
             ok = pos < w_hi
             src = (pos - old).to(tl.int64)[:, None]
             kn = tl.load(KNew + b.to(tl.int64) * stride_knb + src * stride_kns + hk * stride_knh + offs_d[None, :],
-                         mask=ok[:, None], other=0.0)
+                         mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
             vn = tl.load(VNew + b.to(tl.int64) * stride_vnb + src * stride_vns + hk * stride_vnh + offs_d[None, :],
-                         mask=ok[:, None], other=0.0)
+                         mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
             k_dst = _kv_rows(KCache, Table, b, cb, hk, pos, stride_kcb, stride_kcs, stride_kch, stride_bt, PAGE_SIZE, ok)
             v_dst = _kv_rows(VCache, Table, b, cb, hk, pos, stride_vcb, stride_vcs, stride_vch, stride_bt, PAGE_SIZE, ok)
-            tl.store(k_dst[:, None] + offs_d[None, :], kn.to(KCache.dtype.element_ty), mask=ok[:, None])
-            tl.store(v_dst[:, None] + offs_d[None, :], vn.to(VCache.dtype.element_ty), mask=ok[:, None])
+            tl.store(k_dst[:, None] + offs_d[None, :], kn.to(KCache.dtype.element_ty), mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D))
+            tl.store(v_dst[:, None] + offs_d[None, :], vn.to(VCache.dtype.element_ty), mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D))
 
     offs_m, qi, g, row_ok = _tile_rows(mt, SQ, GROUPS, BLOCK_M)
     h = hk * GROUPS + g
     q = tl.load(Q + b.to(tl.int64) * stride_qb + qi.to(tl.int64)[:, None] * stride_qs
-                + h.to(tl.int64)[:, None] * stride_qh + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+                + h.to(tl.int64)[:, None] * stride_qh + offs_d[None, :],
+                mask=_cols_mask(row_ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
     row_lim = qi + total - SQ  # causal: the last key each row sees
     limit = _key_limit(mt, total, SQ, GROUPS, CAUSAL, BLOCK_M)
     k_lo = tl.maximum(lo, s * split_len)
@@ -237,7 +249,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
 
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     cache_hi = k_hi
     if APPEND:
         cache_hi = tl.minimum(k_hi, old)
@@ -248,8 +260,8 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
         k_ptr = _tile_ptrs(KCache, pages, cb, hk, start, stride_kcb, stride_kcs, stride_kch, PAGE_SIZE, BLOCK_N)
         v_ptr = _tile_ptrs(VCache, pages, cb, hk, start, stride_vcb, stride_vcs, stride_vch, PAGE_SIZE, BLOCK_N)
         pages = _tile_pages(Table, b, start + BLOCK_N, cache_hi, stride_bt, PAGE_SIZE, BLOCK_N)  # the next tile's
-        k = tl.load(k_ptr[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
-        v = tl.load(v_ptr[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0)
+        k = tl.load(k_ptr[:, None] + offs_d[None, :], mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
+        v = tl.load(v_ptr[:, None] + offs_d[None, :], mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
         m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL)
     if APPEND:  # this split's new keys, read from k/v (another CTA may be writing them into the cache right now)
         for start in tl.range(tl.maximum(k_lo, old), k_hi, BLOCK_N, num_stages=1):
@@ -257,9 +269,9 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
             ok = pos < k_hi
             src = (pos - old).to(tl.int64)[:, None]
             k = tl.load(KNew + b.to(tl.int64) * stride_knb + src * stride_kns + hk * stride_knh + offs_d[None, :],
-                        mask=ok[:, None], other=0.0).to(KCache.dtype.element_ty)
+                        mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0).to(KCache.dtype.element_ty)
             v = tl.load(VNew + b.to(tl.int64) * stride_vnb + src * stride_vns + hk * stride_vnh + offs_d[None, :],
-                        mask=ok[:, None], other=0.0).to(VCache.dtype.element_ty)
+                        mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0).to(VCache.dtype.element_ty)
             m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL)
 
     if SPLIT:
@@ -269,20 +281,20 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
             ml = PartML + (part * BLOCK_M + rows) * 2
             tl.store(ml, m_i, mask=row_ok)
             tl.store(ml + 1, l_i, mask=row_ok)
-            tl.store(PartAcc + (part * BLOCK_M + rows)[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=row_ok[:, None])
+            tl.store(PartAcc + (part * BLOCK_M + rows)[:, None] * BLOCK_D + offs_d[None, :], acc, mask=row_ok[:, None])
         if FUSED_REDUCE:
             tl.debug_barrier()  # every thread's partial stores before the release below
             done = tl.atomic_add(Counters + tile, 1, sem="acq_rel")
             if done == num_splits - 1:  # the last CTA of this tile: merge every non-empty split, reset the counter
                 n_lo, n_hi = _split_span(lo, limit, split_len)
-                m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, HEAD_DIM,
+                m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D,
                                                num_splits)
                 _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
-                        STORE_LSE, HEAD_DIM)
+                        STORE_LSE, HEAD_DIM, BLOCK_D)
                 tl.atomic_xchg(Counters + tile, 0)
     else:
         _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
-                STORE_LSE, HEAD_DIM)
+                STORE_LSE, HEAD_DIM, BLOCK_D)
 
 
 @triton.jit
@@ -290,7 +302,8 @@ def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, PartML, seqlen_scalar,
                    stride_ob, stride_os, stride_oh,
                    HQ, HKV, GROUPS, SQ, S_NEW, cap, split_len, num_splits,
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, APPEND: tl.constexpr,
-                   HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, STORE_LSE: tl.constexpr):
+                   HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, STORE_LSE: tl.constexpr,
+                   BLOCK_D: tl.constexpr = 128):
     """The merge as its own launch (when `FUSED_REDUCE` is off): grid = (B * Hkv, M tiles)."""
     bk = tl.program_id(0)
     mt = tl.program_id(1)
@@ -301,6 +314,6 @@ def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, PartML, seqlen_scalar,
     offs_m, qi, g, row_ok = _tile_rows(mt, SQ, GROUPS, BLOCK_M)
     limit = _key_limit(mt, total, SQ, GROUPS, CAUSAL, BLOCK_M)
     n_lo, n_hi = _split_span(lo, limit, split_len)
-    m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, HEAD_DIM, num_splits)
+    m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D, num_splits)
     _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
-            STORE_LSE, HEAD_DIM)
+            STORE_LSE, HEAD_DIM, BLOCK_D)

@@ -25,7 +25,7 @@ import math
 import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
-from ._config import INTERPRETED, Config, default_config
+from ._config import GLUON_HEAD_DIMS, INTERPRETED, Config, block_d, default_config
 from ._kernel import attention_fwd
 from ._splits import cdiv
 
@@ -76,7 +76,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if cfg.gluon:
         _launch_gluon_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, scale, bool(causal), cfg)
         return out
-    use_tma = _tma_ok(cfg, q, k, v)
+    use_tma = _tma_ok(cfg, q, k, v) and block_d(d) == d  # a padded head dim (80, 96): pointer loads
     if cfg.use_tma != use_tma:
         cfg = dataclasses.replace(cfg, use_tma=use_tma)
     if use_tma:
@@ -98,7 +98,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         hq, hq // hkv, max_seqlen_q, 0, cu_seqlens_q, cu_seqlens_k,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=use_tma,
         WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
-        LAZY_RESCALE=cfg.lazy_rescale, VARLEN=True,
+        LAZY_RESCALE=cfg.lazy_rescale, VARLEN=True, BLOCK_D=block_d(d),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
@@ -115,6 +115,8 @@ def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
         return "the varlen Gluon program is the warp-specialized one: block_m 128, num_warps 4, not persistent"
     if not all(t.is_contiguous() and t.shape[0] > 0 and t.data_ptr() % 16 == 0 for t in (q, k, v)):
         return "the Gluon program reads contiguous, 16-byte aligned [total, H, D] tensors through TMA"
+    if q.shape[-1] not in GLUON_HEAD_DIMS:
+        return f"the Gluon programs are built for head dims {', '.join(map(str, GLUON_HEAD_DIMS))} (got {q.shape[-1]})"
     return None
 
 

@@ -13,8 +13,8 @@ in `_gluon.py` on sm_90 for aligned causal shapes) for prefill, the split-KV dec
 `flash_attn_with_kvcache` and for `flash_attn_func` calls whose query rows of one GQA group fit one decode tile
 (Sq x Hq/Hkv <= 64: decode and short appends, where the prefill program would leave most of the GPU idle).
 
-Every input is checked before launch and refused with a ValueError that says why: fp16/bf16 only, head dim 64 or
-128, a contiguous head dim, consistent shapes, one device; flash-attn arguments this kernel does not implement
+Every input is checked before launch and refused with a ValueError that says why: fp16/bf16 only, head dim 64,
+80, 96, 128 or 256 (80 and 96 padded to 128 columns inside, Triton programs only), a contiguous head dim, consistent shapes, one device; flash-attn arguments this kernel does not implement
 (dropout, windows, softcap, ALiBi, rotary, sinks) are refused by name (`_checks.py`). On the CPU the kernels run
 only under Triton's interpreter, which must be on (TRITON_INTERPRET=1) when this module is loaded, because
 `@triton.jit` decides then whether it compiles or interprets.
@@ -29,7 +29,8 @@ import torch
 import triton
 
 from ._checks import head_dim_problem, refuse_unsupported
-from ._config import INTERPRETED, SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, Config, default_config
+from ._config import (GLUON_HEAD_DIMS, INTERPRETED, SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, Config, block_d,
+                      default_config)
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
 from ._splits import DecodeConfig, cdiv
@@ -59,7 +60,7 @@ def choose_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> Config | De
         return DecodeConfig()
     # causal only: every H200 run of the Gluon programs so far was causal (their non-causal path compiles and is
     # in tests/test_kernel_cuda.py, but has not been run on a GPU yet), so non-causal stays on the Triton program
-    if causal and k.shape[1] >= _GLUON_MIN_SK[d] and gluon_unsupported(q, k, causal, _GLUON) is None:
+    if causal and d in _GLUON_MIN_SK and k.shape[1] >= _GLUON_MIN_SK[d] and gluon_unsupported(q, k, causal, _GLUON) is None:
         return _GLUON
     return default_config(d, q.device)
 
@@ -68,6 +69,9 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
     """None when the Gluon program (`_gluon.py`) can run these (already checked) inputs with `cfg`, else why not."""
     if q.device.type != "cuda" or INTERPRETED:
         return "the Gluon program needs a CUDA GPU (Gluon has no interpreter)"
+    if q.shape[-1] not in GLUON_HEAD_DIMS:
+        return (f"the Gluon programs are built for head dims {', '.join(map(str, GLUON_HEAD_DIMS))} (got "
+                f"{q.shape[-1]}: the Triton program takes it)")
     if tma_layout(q, k, k) is None:
         return ("the Gluon program reads q, k, v through TMA as contiguous [B, S, H, D] tensors or as [B, S, H, D] "
                 "views of contiguous [B, H, S, D] ones (these have other strides)")
@@ -197,8 +201,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     if cfg.gluon:
         _launch_gluon(q, k, v, out, scale, bool(causal), cfg)
         return out
-    if cfg.use_tma and layout is None:
-        cfg = dataclasses.replace(cfg, use_tma=False)  # other strides: pointer loads
+    if cfg.use_tma and (layout is None or block_d(d) != d):
+        cfg = dataclasses.replace(cfg, use_tma=False)  # other strides, or a padded head dim: pointer loads
     if cfg.use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -222,7 +226,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         hq, hq // hkv, sq, sk, None, None,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma,
         WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
-        LAZY_RESCALE=cfg.lazy_rescale, HEADS_IN_ROWS=cfg.use_tma and layout == "heads",
+        LAZY_RESCALE=cfg.lazy_rescale, HEADS_IN_ROWS=cfg.use_tma and layout == "heads", BLOCK_D=block_d(d),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out

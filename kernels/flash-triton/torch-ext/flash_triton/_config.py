@@ -14,7 +14,8 @@ import triton
 
 from ._kernel import attention_fwd
 
-SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_HEAD_DIMS = (64, 80, 96, 128, 256)
+GLUON_HEAD_DIMS = (64, 128)  # the hand-scheduled sm_90 programs: their tiles and register budget are sized for these
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Whether this module's kernels were built for Triton's CPU interpreter (fixed when the module was loaded).
 INTERPRETED = not isinstance(attention_fwd, triton.runtime.jit.JITFunction)
@@ -44,16 +45,26 @@ class Config:
                 + (" persistent" if self.persistent else ""))
 
 
-# Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+.
+# Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+. 80 and 96 run padded to
+# 128 columns with masked pointer loads (a TMA box must be a power of two wide); 256 halves the key tile and doubles
+# the warps (the [64, 256] fp32 accumulator is 128 registers a thread at 4 warps). Not yet tuned on a GPU.
 _TUNED = {
     64: Config(block_m=64, block_n=128, num_warps=4, num_stages=2, use_tma=True),
+    80: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=False),
+    96: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=False),
     128: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
+    256: Config(block_m=64, block_n=32, num_warps=8, num_stages=2, use_tma=True),
 }
+
+
+def block_d(head_dim: int) -> int:
+    """The head dim padded to the power of two the programs' tiles use (80, 96 -> 128)."""
+    return 1 << (head_dim - 1).bit_length()
 
 
 def default_config(head_dim: int, device: torch.device) -> Config:
     """The tuned Triton config for this head dim; pointer loads where TMA is unavailable (pre-Hopper, interpreter)."""
-    cfg = _TUNED[head_dim]
+    cfg = _TUNED[head_dim]  # check_inputs refused any other head dim
     tma_ok = (device.type == "cuda" and not INTERPRETED and torch.cuda.get_device_capability(device)[0] >= 9)
     if cfg.use_tma and not tma_ok:
         cfg = dataclasses.replace(cfg, use_tma=False)

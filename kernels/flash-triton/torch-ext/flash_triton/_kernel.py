@@ -35,18 +35,32 @@ import triton.language as tl
 
 
 @triton.jit
+def _cols_mask(rows_ok, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """`rows_ok` as a tile mask; with a padded head dim (BLOCK_D > D: 80, 96) also the D valid columns. Decided at
+    compile time, so head dims 64/128/256 keep their unmasked columns (and their vectorized loads)."""
+    if BLOCK_D == HEAD_DIM:
+        return rows_ok[:, None]
+    else:
+        return rows_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+
+
+@triton.jit
 def _load_kv(desc, base, row0, col, start_n, stride_s, limit,
-             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BOUNDED: tl.constexpr, USE_TMA: tl.constexpr):
-    """A `[BLOCK_N, D]` tile of K or V starting at key `start_n`."""
+             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BOUNDED: tl.constexpr, USE_TMA: tl.constexpr,
+             BLOCK_D: tl.constexpr):
+    """A `[BLOCK_N, BLOCK_D]` tile of K or V starting at key `start_n` (columns past D read as 0)."""
     if USE_TMA:
         tile = desc.load([row0 + start_n, col])
     else:
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        ptrs = base + offs_n[:, None] * stride_s + tl.arange(0, HEAD_DIM)[None, :]
+        offs_d = tl.arange(0, BLOCK_D)
+        ptrs = base + offs_n[:, None] * stride_s + offs_d[None, :]
         if BOUNDED:
-            tile = tl.load(ptrs, mask=offs_n[:, None] < limit, other=0.0)
-        else:
+            tile = tl.load(ptrs, mask=_cols_mask(offs_n < limit, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
+        elif BLOCK_D == HEAD_DIM:
             tile = tl.load(ptrs)
+        else:
+            tile = tl.load(ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0.0)
     return tile
 
 
@@ -79,13 +93,13 @@ def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, s
             lo, hi, offs_m, diag, SK, qk_scale,
             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
             USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, BLOCK_M: tl.constexpr, POLY_EXP: tl.constexpr,
-            BOUNDED: tl.constexpr = False, LAZY_RESCALE: tl.constexpr = False):
+            BOUNDED: tl.constexpr = False, LAZY_RESCALE: tl.constexpr = False, BLOCK_D: tl.constexpr = 128):
     """Fold the key blocks [lo, hi) into (acc, l_i, m_i). `MASKED` applies the causal mask, `BOUNDED` (masked
     blocks only) also the end of Sk: only the one block that crosses Sk needs it."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = _load_kv(desc_k, k_base, kv_row0, kv_col, start_n, stride_ks, SK, BLOCK_N, HEAD_DIM, BOUNDED, USE_TMA)
+        k = _load_kv(desc_k, k_base, kv_row0, kv_col, start_n, stride_ks, SK, BLOCK_N, HEAD_DIM, BOUNDED, USE_TMA, BLOCK_D)
         qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) fp32
         if MASKED:
             cols = start_n + offs_n
@@ -123,7 +137,7 @@ def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, s
             acc = acc * alpha[:, None]
         else:  # lazy: the state was rescaled above, only when the running max moved
             l_i = l_i + tl.sum(p, 1)
-        v = _load_kv(desc_v, v_base, kv_row0, kv_col, start_n, stride_vs, SK, BLOCK_N, HEAD_DIM, BOUNDED, USE_TMA)
+        v = _load_kv(desc_v, v_base, kv_row0, kv_col, start_n, stride_vs, SK, BLOCK_N, HEAD_DIM, BOUNDED, USE_TMA, BLOCK_D)
         if BOUNDED:
             if USE_TMA:  # rows past Sk are the next batch's: p is 0 there, but 0 * inf is NaN, so zero them
                 v = tl.where((start_n + offs_n)[:, None] < SK, v, 0.0)
@@ -146,21 +160,21 @@ def _fold_unmasked(acc, l_i, m_i, qk, v, qk_scale):
 @triton.jit
 def _attend_overlap(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, stride_ks, stride_vs,
                     lo, hi, SK, qk_scale,
-                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, USE_TMA: tl.constexpr):
+                    BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_D: tl.constexpr):
     """The unmasked loop of `_attend`, software-pipelined by hand (FlashAttention-3's intra-warpgroup overlap):
     the scores of block j+1 are issued before the softmax of block j, so the tensor cores can work on the next
     QKᵀ while the same warps run exp2 on this block. Needs hi > lo (at least one block)."""
-    k = _load_kv(desc_k, k_base, kv_row0, kv_col, lo, stride_ks, SK, BLOCK_N, HEAD_DIM, False, USE_TMA)
+    k = _load_kv(desc_k, k_base, kv_row0, kv_col, lo, stride_ks, SK, BLOCK_N, HEAD_DIM, False, USE_TMA, BLOCK_D)
     qk = tl.dot(q, tl.trans(k))
     for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k_next = _load_kv(desc_k, k_base, kv_row0, kv_col, start_n + BLOCK_N, stride_ks, SK, BLOCK_N, HEAD_DIM,
-                          False, USE_TMA)
+                          False, USE_TMA, BLOCK_D)
         qk_next = tl.dot(q, tl.trans(k_next))
-        v = _load_kv(desc_v, v_base, kv_row0, kv_col, start_n, stride_vs, SK, BLOCK_N, HEAD_DIM, False, USE_TMA)
+        v = _load_kv(desc_v, v_base, kv_row0, kv_col, start_n, stride_vs, SK, BLOCK_N, HEAD_DIM, False, USE_TMA, BLOCK_D)
         acc, l_i, m_i = _fold_unmasked(acc, l_i, m_i, qk, v, qk_scale)
         qk = qk_next
-    v = _load_kv(desc_v, v_base, kv_row0, kv_col, hi - BLOCK_N, stride_vs, SK, BLOCK_N, HEAD_DIM, False, USE_TMA)
+    v = _load_kv(desc_v, v_base, kv_row0, kv_col, hi - BLOCK_N, stride_vs, SK, BLOCK_N, HEAD_DIM, False, USE_TMA, BLOCK_D)
     return _fold_unmasked(acc, l_i, m_i, qk, v, qk_scale)
 
 
@@ -175,7 +189,7 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
                   CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
                   OVERLAP: tl.constexpr = False, POLY_EXP: tl.constexpr = False,
                   LAZY_RESCALE: tl.constexpr = False, VARLEN: tl.constexpr = False,
-                  HEADS_IN_ROWS: tl.constexpr = False):
+                  HEADS_IN_ROWS: tl.constexpr = False, BLOCK_D: tl.constexpr = 128):
     """grid = (cdiv(Sq, BLOCK_M), B * H). Tensors `[B, S, H, D]`, last dim contiguous. With `VARLEN`: tensors
     `[total, H, D]` (the batch strides unused), `CuSeqQ`/`CuSeqK` the `[B + 1]` cumulative lengths, SQ the longest
     query sequence (the grid), SK unused. With `HEADS_IN_ROWS` (dense only) the TMA descriptors are `[B*H*S, D]`
@@ -190,7 +204,7 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
     hk = h // GROUPS  # GQA: query head h reads kv head h // (Hq / Hkv)
     m0 = start_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)  # the head dim padded to a power of two (80, 96 -> 128); = D otherwise
 
     if VARLEN:  # this sequence's rows of the packed tensors, and its own lengths
         q_row0 = tl.load(CuSeqQ + b)
@@ -221,11 +235,11 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
         q = desc_q.load([q_row0 + m0, q_col])
     else:
         q_ptrs = q_base + offs_m[:, None] * stride_qs + offs_d[None, :]
-        q = tl.load(q_ptrs, mask=offs_m[:, None] < sq, other=0.0)
+        q = tl.load(q_ptrs, mask=_cols_mask(offs_m < sq, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
 
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
     diag = sk - sq  # bottom-right alignment: row i sees keys j <= i + diag
     if CAUSAL:
@@ -241,23 +255,25 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
     if OVERLAP:
         if full > 0:
             acc, l_i, m_i = _attend_overlap(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
-                                            stride_ks, stride_vs, 0, full, sk, qk_scale, BLOCK_N, HEAD_DIM, USE_TMA)
+                                            stride_ks, stride_vs, 0, full, sk, qk_scale, BLOCK_N, HEAD_DIM, USE_TMA, BLOCK_D)
     else:
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                                 stride_ks, stride_vs, 0, full, offs_m, diag, sk, qk_scale,
                                 BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, POLY_EXP,
-                                False, LAZY_RESCALE)
+                                False, LAZY_RESCALE, BLOCK_D)
     # the masked blocks: the causal diagonal inside Sk, then the one block that crosses Sk (if Sk is ragged)
     ragged = sk // BLOCK_N * BLOCK_N  # >= full
     if CAUSAL:
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                                 stride_ks, stride_vs, full, tl.minimum(end, ragged), offs_m, diag, sk, qk_scale,
-                                BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, False)
+                                BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, False,
+                                False, BLOCK_D)
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                             stride_ks, stride_vs, ragged, end, offs_m, diag, sk, qk_scale,
-                            BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, True)
+                            BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, True, False,
+                            BLOCK_D)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: acc is 0, output 0
     out = acc / l_safe[:, None]
     o_ptrs = o_base + offs_m[:, None] * stride_os + offs_d[None, :]
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < sq)
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=_cols_mask(offs_m < sq, offs_d, HEAD_DIM, BLOCK_D))
