@@ -26,6 +26,9 @@ from attnprof.workload import Workload
 REPO = Path(__file__).resolve().parent
 
 CASES = [  # (B, Hq, Hkv, Sq, Sk, D, dtype, causal)
+    (2, 8, 2, 1000, 1000, 256, "bf16", True),
+    (2, 8, 8, 777, 777, 96, "bf16", False),
+    (1, 8, 2, 300, 900, 80, "fp16", True),
     (2, 8, 8, 1024, 1024, 128, "bf16", True),
     (2, 8, 8, 1024, 1024, 64, "fp16", True),
     (2, 8, 2, 1000, 1000, 128, "bf16", False),
@@ -86,10 +89,18 @@ ROUND = {"1": "broad: BLOCK_M 128 x BLOCK_N 64/128 x warps 4/8 x stages 2/3/4 (T
          "4": "exp2 on two pipes (px: half the exponentials as an FMA polynomial) and 64x32 tiles (3 CTAs/SM)",
          "5": "the Gluon program (softmax of block j under P V of block j-1) and lazy rescale (lz) in Triton",
          "6": "the warp-specialized Gluon program: 128-row tile, two consumer warpgroups sharing K/V, a TMA warp",
-         "7": "the warp-specialized Gluon program made persistent (one CTA per SM walks the tiles)"}
+         "7": "the warp-specialized Gluon program made persistent (one CTA per SM walks the tiles)",
+         "10": "head dims 256 (TMA tiles and warps) and 80/96 (padded to 128 columns, pointer loads)"}
 
 
 def candidates(mod, d: int, round_: str = "1") -> list:
+    if round_ == "10":
+        C = mod.Config
+        if d == 256:
+            return [C(64, 32, 8, 2, True), C(64, 64, 8, 2, True), C(64, 64, 4, 2, True), C(128, 64, 8, 2, True),
+                    C(128, 32, 8, 2, True), C(64, 64, 8, 3, True), C(128, 64, 8, 2, False)]
+        return [C(64, 64, 4, 3, False), C(64, 128, 4, 2, False), C(128, 64, 8, 3, False), C(128, 128, 8, 2, False),
+                C(64, 32, 4, 3, False)]
     if round_ == "7":
         C = mod.Config
         ws = dict(gluon=True, warp_specialize=True)
@@ -144,6 +155,8 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--budget-s", type=float, default=300.0)
     p.add_argument("--round", choices=sorted(ROUND), default="1", help="which candidate list (see ROUND)")
+    p.add_argument("--head-dims", default="128,64")
+    p.add_argument("--shapes", default="16x1024,4x4096,1x16384", help="BxS, comma-separated (16 heads)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -152,7 +165,8 @@ def main() -> int:
     mod = get_local_kernel(REPO)
     print(f"loaded {mod.__name__} from {REPO} | {torch.cuda.get_device_name()} | triton {triton.__version__}",
           flush=True)
-    shapes = [(16, 1024), (4, 4096), (1, 16384)]
+    shapes = [tuple(int(n) for n in x.split("x")) for x in args.shapes.split(",")]
+    head_dims = [int(x) for x in args.head_dims.split(",")]
     heads = 16
     result = {"round": ROUND[args.round], "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "argv": sys.argv}
@@ -165,7 +179,7 @@ def main() -> int:
     result["matmul_tflops"] = ceiling = matmul_ceiling()
     print(f"matmul bf16 8192^3: {ceiling:.0f} TF/s", flush=True)
     timings = []
-    for d in (128, 64):
+    for d in head_dims:
         for b, s in shapes:
             q, k, v = (torch.randn(b, s, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
@@ -193,15 +207,15 @@ def main() -> int:
         if "tflops" in t and t["impl"] != "sdpa-auto" and t["s"] >= 4096:
             best.setdefault((t["d"], t["impl"]), []).append(t["tflops"])
     winners = {}
-    for d in (128, 64):
+    for d in head_dims:
         scored = [(sum(v) / len(v), impl) for (dd, impl), v in best.items() if dd == d]
         if scored:
             winners[d] = max(scored)[1]
     result["winners"] = winners
-    cfg_of = {c.label(): c for d in (128, 64) for c in candidates(mod, d, args.round)}
+    cfg_of = {c.label(): c for d in head_dims for c in candidates(mod, d, args.round)}
     result["check_winners"] = check(mod, {d: [cfg_of[w]] for d, w in winners.items()})
     if args.round in ("5", "6", "7"):  # new programs: every candidate on the full case list, not just the winners
-        result["check_all"] = check(mod, {d: candidates(mod, d, args.round) for d in (128, 64)})
+        result["check_all"] = check(mod, {d: candidates(mod, d, args.round) for d in head_dims})
     (args.out / "tune.json").write_text(json.dumps(result, indent=1))
 
     print(f"\n{'d':>4} {'B':>3} {'S':>6} {'impl':<24} {'ms':>8} {'TF/s':>6} {'/sdpa':>6} {'/mm':>5}")
