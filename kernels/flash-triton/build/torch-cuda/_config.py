@@ -46,14 +46,14 @@ class Config:
 
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+. 80 and 96 run padded to
-# 128 columns with masked pointer loads (a TMA box must be a power of two wide); 256 halves the key tile and doubles
-# the warps (the [64, 256] fp32 accumulator is 128 registers a thread at 4 warps). Not yet tuned on a GPU.
+# 128 columns with masked pointer loads (a TMA box must be a power of two wide); 256 takes 128x64 tiles on 8 warps
+# (TUNING.md step 10: 478-499 TF/s on the H200, 3.2x the first 64x32 guess).
 _TUNED = {
     64: Config(block_m=64, block_n=128, num_warps=4, num_stages=2, use_tma=True),
     80: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=False),
     96: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=False),
     128: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
-    256: Config(block_m=64, block_n=32, num_warps=8, num_stages=2, use_tma=True),
+    256: Config(block_m=128, block_n=64, num_warps=8, num_stages=2, use_tma=True),
 }
 
 
