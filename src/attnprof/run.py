@@ -12,6 +12,12 @@ there is one answer to "what happened when this ran":
 | oom | the allocator refused; the reason names the bytes asked for when the message says them |
 | error | it raised, or its output (in rows that see a key) or its timing is NaN/Inf: never `ok` |
 
+A compiled function that hits dynamo's recompile limit (`torch._dynamo hit config.recompile_limit`) runs eagerly for
+every shape it has not compiled before, for the rest of the process, silently after that one warning: for flex
+that means unfused. `recompile_limit_hits()` captures the warning; `unfused_since(name)` says, for the rest of the
+process, since when a function whose name contains `name` has been past its limit (`verify` labels such rows
+`flex (unfused)`).
+
 One `failure(exc)` maps an exception to its status and reason (one OOM detector, one "first line"); a
 `UsageError` (a user function with the wrong signature or output shape) is the user's input and propagates.
 Errors against the oracle go through `numerics.compare` (`Reference`): rows that see no key are compared apart
@@ -28,9 +34,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -95,6 +102,43 @@ def failure(exc: BaseException) -> tuple[Status, str]:
         m = _ASKED.search(str(exc))
         return Status.OOM, "out of memory" + (f": asked for {m.group(1)}" if m else "") + f" ({first_line(exc)[:200]})"
     return Status.ERROR, first_line(exc)[:400]
+
+
+_PAST_LIMIT: dict[str, str] = {}  # function name → the warning's first lines: past dynamo's recompile limit
+_LIMIT_FN = re.compile(r"function: '([^']+)'")
+
+
+class _LimitHandler(logging.Handler):
+    def __init__(self, hits: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.hits = hits
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "hit config." in text:  # "torch._dynamo hit config.recompile_limit (8)\n   function: 'flex_attention' …"
+            lines = [x.strip() for x in text.splitlines()[:2]]
+            m = _LIMIT_FN.search(text)
+            _PAST_LIMIT.setdefault(m.group(1) if m else "?", "; ".join(lines))
+            self.hits.append("; ".join(lines))
+
+
+@contextlib.contextmanager
+def recompile_limit_hits() -> Iterator[list[str]]:
+    """While open, dynamo's "hit config.recompile_limit" warnings (their first two lines) are appended to the list;
+    the functions they name are remembered for `unfused_since`."""
+    hits: list[str] = []
+    handler = _LimitHandler(hits)
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    logger.addHandler(handler)
+    try:
+        yield hits
+    finally:
+        logger.removeHandler(handler)
+
+
+def unfused_since(name: str) -> str | None:
+    """The recompile-limit warning of a function whose name contains `name`, seen in this process (None: none)."""
+    return next((text for fn, text in _PAST_LIMIT.items() if name in fn), None)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,94 @@
+"""Issue 18, the status model: nothing broken passes as fine, and every command's exit code follows the statuses.
+
+A user function whose output is NaN is `error` (exit 1), not `ok`; a padded mask compares the rows that see a key;
+`verify`'s crash is `error`, never `rejected`; `compare` reports a change only beyond both runs' spread and says
+when a run is too noisy to judge; `serve`'s answer comes from the numbers it prints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from attnprof.cli import main
+
+TINY = ["--batch", "1", "--heads", "2", "--seq", "16", "--head-dim", "8", "--reps", "20", "--steps", "1",
+        "--device", "cpu"]
+
+
+def _run(capsys, *argv) -> tuple[int, list[str], str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.err.strip().splitlines(), captured.out
+
+
+def _last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_user_function_returning_nan_is_error_exit_1(tmp_path, capsys, monkeypatch):
+    (tmp_path / "nan_attn.py").write_text(
+        "import torch\n"
+        "def attn(q, k, v, *, causal, scale):\n"
+        "    return torch.full_like(q, float('nan'))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err, out = _run(capsys, "stages", *TINY, "--variants", "nan_attn:attn,sdpa", "--out", str(tmp_path / "r"),
+                          "--json")
+    assert code == 1, err
+    assert err[-1].startswith("attnprof: check failed:") and "nan_attn:attn" in err[-1] and "NaN" in err[-1]
+    stages = {s["variant"]: s for s in _last_json(out)["stages"]}
+    assert stages["nan_attn:attn"]["status"] == "error"
+    assert stages["sdpa"]["status"] == "ok"
+    saved = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert {s["variant"]: s["status"] for s in saved["stages"]}["nan_attn:attn"] == "error"
+
+
+def test_naive_with_left_padding_is_compared_on_valid_rows_and_finite(tmp_path, capsys):
+    code, err, out = _run(capsys, "stages", *TINY, "--variants", "naive,sdpa", "--mask", "pad-left",
+                          "--out", str(tmp_path / "r"), "--json")
+    assert code == 0, err
+    for s in _last_json(out)["stages"]:
+        assert s["status"] == "ok", s
+        assert s["max_rel_err"] is not None and math.isfinite(s["max_rel_err"]) and s["max_rel_err"] < 1e-2, s
+
+
+def test_verify_model_flex_that_fails_to_compile_is_error_not_rejected(tmp_path, capsys, monkeypatch):
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config.cpp, "cxx", ("/nonexistent/attnprof-no-compiler",))  # a crash, everywhere
+    code, err, out = _run(capsys, "verify", "--model", "tiny-llama", "--dtype", "fp32", "--impls",
+                          "eager,sdpa,flex_attention", "--model-batch", "2", "--model-seq", "8", "--decode-tokens", "2",
+                          "--seed", "1", "--out", str(tmp_path / "v"), "--json")
+    assert code == 1, err
+    assert err[-1].startswith("attnprof: check failed:") and "flex_attention fp32 on tiny-llama" in err[-1]
+    status = {m["impl"]: m["status"] for m in _last_json(out)["model"]}
+    assert status == {"eager": "baseline", "sdpa": "pass", "flex_attention": "error"}
+    saved = json.loads((tmp_path / "v" / "verify.json").read_text())
+    row = next(r for r in saved["model"]["results"] if r["impl"] == "flex_attention")
+    assert row["reason"].startswith("flex_attention: ") and saved["ok"] is False
+
+
+def test_verify_labels_flex_past_the_recompile_limit_unfused(tmp_path, capsys, monkeypatch):
+    """dynamo's recompile limit (here 1) makes later shapes run eagerly: those rows are `flex (unfused)`."""
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    import attnprof.run
+    import attnprof.variants.flex as flex
+
+    monkeypatch.setattr(attnprof.run, "_PAST_LIMIT", {})
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    compiled = torch.compile(flex_attention, backend="eager", dynamic=False)  # no C++ compiler needed
+    monkeypatch.setattr(flex, "_compiled", lambda: compiled)
+    try:
+        code, err, out = _run(capsys, "verify", "--variants", "flex", "--dtype", "fp32", "--cases",
+                              "odd-full,gqa,decode", "--seed", "1", "--out", str(tmp_path / "v"), "--json")
+    finally:
+        torch._dynamo.reset()
+    assert code == 0, err
+    saved = json.loads((tmp_path / "v" / "verify.json").read_text())
+    names = [r["variant"] for case in saved["kernel"]["cases"] for r in case["results"]]
+    assert names[0] == "flex" and "flex (unfused)" in names, names
+    unfused = next(r for case in saved["kernel"]["cases"] for r in case["results"] if r["variant"] == "flex (unfused)")
+    assert "recompile limit" in unfused["reason"] and "flex_attention" in unfused["reason"]
+    assert "flex (unfused)" in _last_json(out)["kernel"]
