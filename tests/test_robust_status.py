@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from attnprof.cli import main
 
 TINY = ["--batch", "1", "--heads", "2", "--seq", "16", "--head-dim", "8", "--reps", "20", "--steps", "1",
@@ -92,3 +94,67 @@ def test_verify_labels_flex_past_the_recompile_limit_unfused(tmp_path, capsys, m
     unfused = next(r for case in saved["kernel"]["cases"] for r in case["results"] if r["variant"] == "flex (unfused)")
     assert "recompile limit" in unfused["reason"] and "flex_attention" in unfused["reason"]
     assert "flex (unfused)" in _last_json(out)["kernel"]
+
+
+def _rows(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _with_latency(rows: list[dict], p20: float, p50: float, p80: float) -> list[dict]:
+    return [{**r, "latency_ms": {**r["latency_ms"], "p20": p20, "p50": p50, "p80": p80}} for r in rows]
+
+
+def _write(path, rows: list[dict]):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def bench_rows(tmp_path_factory) -> list[dict]:
+    """Two real measured cells (the schema, keys and provenance a results file carries)."""
+    from attnprof.bench.spec import Cell
+    from attnprof.bench.sweep import run_sweep
+    from attnprof.variants import VARIANTS
+    from attnprof.workload import Workload
+
+    path = tmp_path_factory.mktemp("status") / "results.jsonl"
+    run_sweep([Cell(VARIANTS[v], Workload(batch=1, heads=2, seq=16, head_dim=8)) for v in ("naive", "sdpa")], path,
+              reps=3, warmup=1)
+    return _rows(path)
+
+
+def _compare(capsys, tmp_path, a: list[dict], b: list[dict], *extra) -> tuple[int, list[str], dict]:
+    pa, pb = _write(tmp_path / "a.jsonl", a), _write(tmp_path / "b.jsonl", b)
+    code, err, out = _run(capsys, "compare", str(pa), str(pb), "--out", str(tmp_path / "o"), "--json",
+                          "--fail-on-regression", *extra)
+    saved = json.loads((tmp_path / "o" / "compare.json").read_text()) if code in (0, 1) else {}
+    return code, err, saved
+
+
+def test_compare_identical_rerun_is_never_a_regression(bench_rows, tmp_path, capsys):
+    code, err, saved = _compare(capsys, tmp_path, bench_rows, [dict(r) for r in bench_rows])
+    assert code == 0, err
+    assert {c["verdict"] for c in saved["cells"]} <= {"same", "too-noisy"}
+
+
+def test_compare_change_within_a_runs_own_spread_is_same(bench_rows, tmp_path, capsys):
+    # bands do not overlap (1.12 > 1.10) and the median moved 15 % > --min-change, but B's own spread is 29 %
+    a = _with_latency(bench_rows, 0.90, 1.00, 1.10)
+    b = _with_latency(bench_rows, 1.12, 1.15, 1.45)
+    code, err, saved = _compare(capsys, tmp_path, a, b)
+    assert code == 0, err
+    assert {c["verdict"] for c in saved["cells"]} == {"same"}
+    code, err, saved = _compare(capsys, tmp_path, a, _with_latency(bench_rows, 1.95, 2.0, 2.05))  # beyond both
+    assert code == 1 and "slower beyond the run-to-run spread" in err[-1], err
+    assert {c["verdict"] for c in saved["cells"]} == {"regression"}
+
+
+def test_compare_a_run_too_noisy_to_judge_is_said_and_never_a_regression(bench_rows, tmp_path, capsys):
+    a = _with_latency(bench_rows, 0.95, 1.0, 1.05)
+    noisy = _with_latency(bench_rows, 2.0, 60.0, 90.0)  # a loaded machine: the band is 147 % of the median
+    code, err, saved = _compare(capsys, tmp_path, a, noisy)
+    assert code == 0, err
+    assert {c["verdict"] for c in saved["cells"]} == {"too-noisy"} and saved["max_spread"] == 0.5
+    assert all("too noisy to judge" in c["why"] and "B 147%" in c["why"] for c in saved["cells"])
+    code, err, saved = _compare(capsys, tmp_path, a, noisy, "--max-spread", "2")  # the user accepts that spread
+    assert code == 1 and {c["verdict"] for c in saved["cells"]} == {"regression"}, err  # 60× is beyond 147 %
