@@ -158,3 +158,30 @@ def test_compare_a_run_too_noisy_to_judge_is_said_and_never_a_regression(bench_r
     assert all("too noisy to judge" in c["why"] and "B 147%" in c["why"] for c in saved["cells"])
     code, err, saved = _compare(capsys, tmp_path, a, noisy, "--max-spread", "2")  # the user accepts that spread
     assert code == 1 and {c["verdict"] for c in saved["cells"]} == {"regression"}, err  # 60× is beyond 147 %
+
+
+def _stream_row(impl: str, tok_s: float) -> dict:
+    return {"impl": impl, "status": "ok", "completed": 4, "requests": 4, "failed": 0, "output_tokens_per_s": tok_s,
+            "total_tokens_per_s": 2 * tok_s, "seconds": 10.0, "ttft_ms": {"p50": 50.0}, "itl_ms": {"p50": 5.0}}
+
+
+def _static_row(impl: str, tok_s: float, mode: str) -> dict:
+    return {"impl": impl, "status": "ok", "batch": 1, "context": 64, "tokens_per_s": tok_s, "attention_share": None,
+            "share": None, "mode": mode}
+
+
+def test_serve_never_says_yes_when_its_own_static_rows_show_the_impl_slower():
+    from attnprof.serving.cost import annotate_static, annotate_stream, answer
+
+    prefill = annotate_static([_static_row("eager", 1000, "prefill"), _static_row("sdpa", 160, "prefill")],
+                              "prefill", 3.6)
+    decode = annotate_static([_static_row("eager", 100, "decode"), _static_row("sdpa", 52, "decode")], "decode", 3.6)
+    stream = annotate_stream([_stream_row("eager", 400), _stream_row("sdpa", 600)], 3.6)
+    text = answer(prefill, decode, stream, 3.6)
+    assert text.startswith("Inconclusive: sdpa runs at 1.50× eager"), text
+    assert "0.16–0.52× eager in static prefill/decode" in text and "Yes" not in text
+    # the static rows agree with the stream: the answer is the stream's
+    fast = annotate_static([_static_row("eager", 1000, "prefill"), _static_row("sdpa", 1400, "prefill")], "prefill",
+                           3.6)
+    assert answer(fast, [], stream, 3.6).startswith("Yes: the attention gain survives")
+
