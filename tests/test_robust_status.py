@@ -185,3 +185,18 @@ def test_serve_never_says_yes_when_its_own_static_rows_show_the_impl_slower():
                            3.6)
     assert answer(fast, [], stream, 3.6).startswith("Yes: the attention gain survives")
 
+
+
+def test_bench_a_nan_output_is_error_and_any_error_exits_1(tmp_path, capsys, monkeypatch):
+    (tmp_path / "bad_attn.py").write_text(
+        "import torch\n"
+        "def nan(q, k, v, *, causal, scale):\n"
+        "    return torch.full_like(q, float('nan'))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err, out = _run(capsys, "bench", "--device", "cpu", "--variants", "bad_attn:nan,sdpa", "--batch", "1",
+                          "--heads", "2", "--seq", "16", "--head-dim", "8", "--reps", "5", "--warmup", "1",
+                          "--out", str(tmp_path / "b"), "--json")
+    assert code == 1, err
+    assert err[-1].startswith("attnprof: check failed: 1 cell(s) failed: bad_attn:nan") and "non-finite" in err[-1]
+    status = {r["variant"]: r["status"] for r in _rows(tmp_path / "b" / "results.jsonl")}
+    assert status == {"bad_attn:nan": "error", "sdpa": "ok"}

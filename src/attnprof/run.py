@@ -10,7 +10,7 @@ there is one answer to "what happened when this ran":
 | lossy | it ran, its output is finite, and it is further from the fp64 oracle than the gate allows |
 | rejected | `Variant.supports` refused the workload before anything ran, with its reason (never a crash) |
 | oom | the allocator refused; the reason names the bytes asked for when the message says them |
-| error | it raised, or its output (in rows that see a key) or its timing is NaN/Inf: never `ok` |
+| error | it raised, or its output (in rows that see a key) or its timing is NaN/Inf: never `ok` (without a reference, the first call's output is checked) |
 
 A compiled function that hits dynamo's recompile limit (`torch._dynamo hit config.recompile_limit`) runs eagerly for
 every shape it has not compiled before, for the rest of the process, silently after that one warning: for flex
@@ -206,6 +206,7 @@ class _Measured:
     peak_note: str | None = None
     timing: Timing | None = None
     output: torch.Tensor | None = None
+    nonfinite: int = 0  # without a reference: NaN/Inf elements of the first call's output, in rows that see a key
 
 
 def run(variant: Variant, workload: Workload, inputs: Inputs | None = None, *, seed: int = 0,
@@ -247,7 +248,11 @@ def _measure(variant: Variant, workload: Workload, inputs: Inputs | None, seed: 
             return variant(inputs)
 
     if warm:
-        call()
+        first = call()
+        if reference is None:  # nothing else looks at the output: it must at least be finite
+            check_output(variant.name, first, inputs.q)
+            got.nonfinite = _nonfinite(first, inputs)
+        del first
     if watched or reference is not None or keep_output or (memory and cuda):
         with contextlib.ExitStack() as stack:
             calls = stack.enter_context(watch()) if watched else []
@@ -278,8 +283,22 @@ def _measure(variant: Variant, workload: Workload, inputs: Inputs | None, seed: 
         got.timing = time_call(call, device, warmup=warmup, reps=reps, l2_flush=l2_flush)
 
 
+def _nonfinite(out: torch.Tensor, inputs: Inputs) -> int:
+    """NaN/Inf elements of `out` `[B, Hq, Sq, D]` in the rows that see at least one key."""
+    from attnprof.numerics.compare import valid_rows_of
+
+    bad = ~torch.isfinite(out)
+    rows = valid_rows_of(inputs.valid, out.shape)  # bool [B, 1, Sq] or None (every row)
+    if rows is not None:
+        bad = bad & rows.unsqueeze(-1).to(bad.device)
+    return int(bad.sum())
+
+
 def _judge(got: _Measured) -> tuple[Status, str | None]:
     """A run that completed: error when its output or timing is not finite, lossy when the gate says so."""
+    if got.nonfinite:
+        return Status.ERROR, (f"non-finite output: {got.nonfinite} NaN/Inf elements in rows that see at least one key "
+                              "(no reference was asked for; the first call's output was checked)")
     a = got.agreement
     if a is not None and not a.finite:
         return Status.ERROR, (f"non-finite output: {a.nan_out} NaN and {a.inf_out} Inf in rows that see at least "
