@@ -59,12 +59,12 @@ def test_verify_model_flex_that_fails_to_compile_is_error_not_rejected(tmp_path,
 
     monkeypatch.setattr(inductor_config.cpp, "cxx", ("/nonexistent/attnprof-no-compiler",))  # a crash, everywhere
     code, err, out = _run(capsys, "verify", "--model", "tiny-llama", "--dtype", "fp32", "--impls",
-                          "eager,sdpa,flex_attention", "--model-batch", "2", "--model-seq", "8", "--decode-tokens", "2",
+                          "eager,flex_attention", "--model-batch", "2", "--model-seq", "8", "--decode-tokens", "2",
                           "--seed", "1", "--out", str(tmp_path / "v"), "--json")
     assert code == 1, err
     assert err[-1].startswith("attnprof: check failed:") and "flex_attention fp32 on tiny-llama" in err[-1]
     status = {m["impl"]: m["status"] for m in _last_json(out)["model"]}
-    assert status == {"eager": "baseline", "sdpa": "pass", "flex_attention": "error"}
+    assert status == {"eager": "baseline", "flex_attention": "error"}
     saved = json.loads((tmp_path / "v" / "verify.json").read_text())
     row = next(r for r in saved["model"]["results"] if r["impl"] == "flex_attention")
     assert row["reason"].startswith("flex_attention: ") and saved["ok"] is False
@@ -200,3 +200,18 @@ def test_bench_a_nan_output_is_error_and_any_error_exits_1(tmp_path, capsys, mon
     assert err[-1].startswith("attnprof: check failed: 1 cell(s) failed: bad_attn:nan") and "non-finite" in err[-1]
     status = {r["variant"]: r["status"] for r in _rows(tmp_path / "b" / "results.jsonl")}
     assert status == {"bad_attn:nan": "error", "sdpa": "ok"}
+
+
+def test_serve_a_nan_attention_is_an_error_point_exit_1(tmp_path, capsys, monkeypatch):
+    (tmp_path / "nan_serve.py").write_text(
+        "import torch\n"
+        "def attn(q, k, v, *, causal, scale):\n"
+        "    return torch.full_like(q, float('nan'))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err, out = _run(capsys, "serve", "--device", "cpu", "--model", "tiny-llama", "--mode", "prefill",
+                          "--variants", "eager,nan_serve:attn", "--batch", "1", "--context", "16", "--reps", "2",
+                          "--no-share", "--out", str(tmp_path / "s"), "--json")
+    assert code == 1, err
+    assert err[-1].startswith("attnprof: check failed: nan_serve:attn prefill") and "non-finite" in err[-1]
+    status = {r["impl"]: r["status"] for r in _last_json(out)["prefill"]}
+    assert status == {"eager": "ok", "nan_serve:attn": "error"}
