@@ -10,7 +10,13 @@ there is one answer to "what happened when this ran":
 | lossy | it ran, its output is finite, and it is further from the fp64 oracle than the gate allows |
 | rejected | `Variant.supports` refused the workload before anything ran, with its reason (never a crash) |
 | oom | the allocator refused; the reason names the bytes asked for when the message says them |
-| error | it raised, or its output (in rows that see a key) or its timing is NaN/Inf: never `ok` |
+| error | it raised, or its output (in rows that see a key) or its timing is NaN/Inf: never `ok` (without a reference, the first call's output is checked) |
+
+A compiled function that hits dynamo's recompile limit (`torch._dynamo hit config.recompile_limit`) runs eagerly for
+every shape it has not compiled before, for the rest of the process, silently after that one warning: for flex
+that means unfused. `recompile_limit_hits()` captures the warning; `unfused_since(name)` says, for the rest of the
+process, since when a function whose name contains `name` has been past its limit (`verify` labels such rows
+`flex (unfused)`).
 
 One `failure(exc)` maps an exception to its status and reason (one OOM detector, one "first line"); a
 `UsageError` (a user function with the wrong signature or output shape) is the user's input and propagates.
@@ -28,9 +34,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -95,6 +102,43 @@ def failure(exc: BaseException) -> tuple[Status, str]:
         m = _ASKED.search(str(exc))
         return Status.OOM, "out of memory" + (f": asked for {m.group(1)}" if m else "") + f" ({first_line(exc)[:200]})"
     return Status.ERROR, first_line(exc)[:400]
+
+
+_PAST_LIMIT: dict[str, str] = {}  # function name → the warning's first lines: past dynamo's recompile limit
+_LIMIT_FN = re.compile(r"function: '([^']+)'")
+
+
+class _LimitHandler(logging.Handler):
+    def __init__(self, hits: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.hits = hits
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "hit config." in text:  # "torch._dynamo hit config.recompile_limit (8)\n   function: 'flex_attention' …"
+            lines = [x.strip() for x in text.splitlines()[:2]]
+            m = _LIMIT_FN.search(text)
+            _PAST_LIMIT.setdefault(m.group(1) if m else "?", "; ".join(lines))
+            self.hits.append("; ".join(lines))
+
+
+@contextlib.contextmanager
+def recompile_limit_hits() -> Iterator[list[str]]:
+    """While open, dynamo's "hit config.recompile_limit" warnings (their first two lines) are appended to the list;
+    the functions they name are remembered for `unfused_since`."""
+    hits: list[str] = []
+    handler = _LimitHandler(hits)
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    logger.addHandler(handler)
+    try:
+        yield hits
+    finally:
+        logger.removeHandler(handler)
+
+
+def unfused_since(name: str) -> str | None:
+    """The recompile-limit warning of a function whose name contains `name`, seen in this process (None: none)."""
+    return next((text for fn, text in _PAST_LIMIT.items() if name in fn), None)
 
 
 @dataclass(frozen=True)
@@ -162,6 +206,7 @@ class _Measured:
     peak_note: str | None = None
     timing: Timing | None = None
     output: torch.Tensor | None = None
+    nonfinite: int = 0  # without a reference: NaN/Inf elements of the first call's output, in rows that see a key
 
 
 def run(variant: Variant, workload: Workload, inputs: Inputs | None = None, *, seed: int = 0,
@@ -203,7 +248,11 @@ def _measure(variant: Variant, workload: Workload, inputs: Inputs | None, seed: 
             return variant(inputs)
 
     if warm:
-        call()
+        first = call()
+        if reference is None:  # nothing else looks at the output: it must at least be finite
+            check_output(variant.name, first, inputs.q)
+            got.nonfinite = _nonfinite(first, inputs)
+        del first
     if watched or reference is not None or keep_output or (memory and cuda):
         with contextlib.ExitStack() as stack:
             calls = stack.enter_context(watch()) if watched else []
@@ -234,8 +283,22 @@ def _measure(variant: Variant, workload: Workload, inputs: Inputs | None, seed: 
         got.timing = time_call(call, device, warmup=warmup, reps=reps, l2_flush=l2_flush)
 
 
+def _nonfinite(out: torch.Tensor, inputs: Inputs) -> int:
+    """NaN/Inf elements of `out` `[B, Hq, Sq, D]` in the rows that see at least one key."""
+    from attnprof.numerics.compare import valid_rows_of
+
+    bad = ~torch.isfinite(out)
+    rows = valid_rows_of(inputs.valid, out.shape)  # bool [B, 1, Sq] or None (every row)
+    if rows is not None:
+        bad = bad & rows.unsqueeze(-1).to(bad.device)
+    return int(bad.sum())
+
+
 def _judge(got: _Measured) -> tuple[Status, str | None]:
     """A run that completed: error when its output or timing is not finite, lossy when the gate says so."""
+    if got.nonfinite:
+        return Status.ERROR, (f"non-finite output: {got.nonfinite} NaN/Inf elements in rows that see at least one key "
+                              "(no reference was asked for; the first call's output was checked)")
     a = got.agreement
     if a is not None and not a.finite:
         return Status.ERROR, (f"non-finite output: {a.nan_out} NaN and {a.inf_out} Inf in rows that see at least "

@@ -133,6 +133,12 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
     emit_json(args, {"schema": "attnprof.bench/1", "results": str(path), "ran": summary.ran,
                      "skipped": summary.skipped, "counts": counts, "claims": T.headline(rows),
                      "executor": executor.name, "gpu_kinds": T.kinds(rows)})
+    failed = [r for r in rows if r["status"] == "error"]  # the status model: an error in what was asked → exit 1
+    if failed:
+        from attnprof.errors import CheckFailed
+
+        raise CheckFailed(f"{len(failed)} cell(s) failed: " + "; ".join(
+            f"{r['variant']} on {r.get('label', r['key'])}: {r.get('reason')}" for r in failed[:5]))
     return 0
 
 

@@ -1,7 +1,8 @@
 """`attnprof compare A B`: two bench result files side by side, a ratio per cell, regressions flagged.
 
 A regression is a cell whose latency bands (p20–p80) do not overlap and whose median moved by more than
-`--min-change`, or a cell that ran in A and fails in B. `--fail-on-regression` turns any into exit 1. When either
+`--min-change` and by more than either run's spread ((p80 - p20) / p50), or a cell that ran in A and fails in B. A
+cell whose spread in either run exceeds `--max-spread` (default 0.5) is "too noisy to judge", never a regression. `--fail-on-regression` turns any into exit 1. When either
 file spans several GPU kinds (a Ray sweep), each kind is compared with itself (a GPU column says which).
 """
 
@@ -20,6 +21,8 @@ def register(sub) -> None:
     p.add_argument("b", type=Path, help="candidate: results.jsonl or the folder holding it")
     p.add_argument("--min-change", type=float, default=0.05,
                    help="smallest relative change of the median that counts (default 0.05 = 5%%)")
+    p.add_argument("--max-spread", type=float, default=None,
+                   help="a run whose (p80 - p20) / p50 exceeds this is too noisy to judge (default 0.5)")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any cell regressed")
     add_output_args(p)
     p.add_argument("--wide", action="store_true", help="every column in the terminal table (default: 80 columns)")
@@ -27,7 +30,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnprof.bench.compare import compare
+    from attnprof.bench.compare import MAX_SPREAD, compare
     from attnprof.bench.results import read_results, results_path
     from attnprof.errors import CheckFailed, UsageError
     from attnprof.files import write_json
@@ -37,12 +40,15 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.min_change < 1:
         raise UsageError(f"--min-change must be in [0, 1), got {args.min_change}")
+    max_spread = MAX_SPREAD if args.max_spread is None else args.max_spread
+    if not max_spread > 0:  # NaN too
+        raise UsageError(f"--max-spread must be positive, got {args.max_spread}")
     rows_a, note_a = read_results(args.a)
     rows_b, note_b = read_results(args.b)
     for note in (note_a, note_b):
         if note:
             err.print(f"[yellow]{note}[/yellow]")
-    pairs = compare(rows_a, rows_b, min_change=args.min_change)
+    pairs = compare(rows_a, rows_b, min_change=args.min_change, max_spread=max_spread)
     if not any(p.a and p.b for p in pairs):
         raise UsageError(f"{results_path(args.a)} and {results_path(args.b)} share no cell (variant + workload)")
     print_pairs(pairs, results_path(args.a), results_path(args.b), rows_a, rows_b, wide=args.wide)
@@ -50,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     folder = out_dir(args, "compare")
     data = {"schema": "attnprof.compare/1", "provenance": provenance("cpu", seed=None),
             "a": str(results_path(args.a)), "b": str(results_path(args.b)), "min_change": args.min_change,
+            "max_spread": max_spread,
             "regressions": len(regressions), "cells": [p.to_json() for p in pairs]}
     write_json(folder / "compare.json", data)
     from attnprof.files import commit_folder

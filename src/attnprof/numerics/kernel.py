@@ -3,7 +3,8 @@
 For each case: fresh random inputs from `Workload.make_inputs(seed + i)` (the seeds are recorded), the fp64
 reference, plain PyTorch in the case's dtype (the baseline), then each variant through `run()` (attnprof.run) with
 the gate: `ok` passes, `lossy` (or a NaN/Inf output) fails, `rejected` keeps its own reason, and a variant that
-raises or runs out of memory is an error (a failure). A user function that returns the wrong shape raises
+raises or runs out of memory is an error (a failure). A flex run after dynamo's recompile limit was hit for
+flex_attention in this process is named `flex (unfused)` and its reason says why (`attnprof.run.unfused_since`). A user function that returns the wrong shape raises
 UsageError, which is the user's input and propagates (exit 2).
 
 With an executor (`verify --ray`) each case is one job (`CaseRunner`, picklable) on whichever node runs it; the run
@@ -22,13 +23,21 @@ from attnprof.numerics.cases import Case
 from attnprof.numerics.compare import Agreement, Reference
 from attnprof.numerics.diagnose import diagnose
 from attnprof.numerics.gate import MASKED_ROWS_PREFIX, Gate, Rule, Verdict
-from attnprof.run import Status, run
+from attnprof.run import Status, recompile_limit_hits, run, unfused_since
 from attnprof.variants import Variant
 
 _MASKED_HINT = ("valid rows agree; rows that see no key are not zeros (an unguarded softmax over an all -inf row "
                 "gives NaN, a finite fill such as finfo.min gives the mean of V)")
 
 DIAGNOSE_PER_VARIANT = 3
+
+# A compiled flex past dynamo's recompile limit runs every shape it has not compiled before eagerly: unfused.
+_UNFUSED = ("unfused: torch.compile(flex_attention) hit dynamo's recompile limit in this process, so shapes it had not "
+            "compiled before run eagerly, materialising the scores ({warning})")
+
+
+def _join(*parts: str | None) -> str | None:
+    return "; ".join(p for p in parts if p) or None
 
 CaseStatus = Literal["pass", "fail", "rejected", "error"]  # verify's words for Run's statuses
 
@@ -82,12 +91,16 @@ def verify_case(case: Case, variants: Sequence[Variant], *, seed: int, rule: Rul
     gate = Gate.of(inputs, ref, w.dtype, rule)
     results = []
     for variant in variants:
-        r = run(variant, w, inputs, reference=ref, gate=gate, warm=False, keep_output=True)
+        with recompile_limit_hits():
+            r = run(variant, w, inputs, reference=ref, gate=gate, warm=False, keep_output=True)
+        name, unfused = variant.name, None
+        if variant.backend == "flex" and r.status is not Status.REJECTED and unfused_since("flex") is not None:
+            name, unfused = f"{variant.name} (unfused)", _UNFUSED.format(warning=unfused_since("flex"))
         if r.status is Status.REJECTED:
-            results.append(CaseResult(case.name, w.dtype, variant.name, "rejected", reason=r.reason))
+            results.append(CaseResult(case.name, w.dtype, name, "rejected", reason=r.reason))
             continue
         if r.agreement is None:  # it raised or ran out of memory before its output could be compared
-            results.append(CaseResult(case.name, w.dtype, variant.name, "error", reason=r.reason))
+            results.append(CaseResult(case.name, w.dtype, name, "error", reason=_join(r.reason, unfused)))
             continue
         verdict = r.verdict
         status: CaseStatus = "pass" if r.status is Status.OK else "fail"
@@ -101,8 +114,8 @@ def verify_case(case: Case, variants: Sequence[Variant], *, seed: int, rule: Rul
                 budget[variant.name] = left - 1
                 hint = diagnose(r.output, w, inputs, ref.out, r.agreement, ref.rows, gate.baseline.norm_rel,
                                 ref.direction)
-        text = "; ".join(verdict.reasons + verdict.warnings) or None
-        results.append(CaseResult(case.name, w.dtype, variant.name, status, reason=text, agreement=r.agreement,
+        text = _join("; ".join(verdict.reasons + verdict.warnings) or None, unfused)
+        results.append(CaseResult(case.name, w.dtype, name, status, reason=text, agreement=r.agreement,
                                   verdict=verdict, hint=hint))
     return CaseRun(case=case, seed=seed, baseline=gate.baseline, results=tuple(results))
 

@@ -11,6 +11,10 @@ The pass rule mirrors the kernel gate: each metric may be k × that of eager in 
 transformers model, only `attn_implementation` differs), with a floor per dtype. Greedy prefixes gate only in
 fp32 by default (half-precision rounding flips near-tied tokens of a random model for every implementation,
 eager included); `min_prefix` makes them gate everywhere.
+
+An implementation that raises is `error` (a failure, with its reason; flex failing to compile included); only a
+pinned SDPA backend refusing the inputs ("No available kernel") is `rejected`. A flex run after dynamo hit its
+recompile limit for flex attention (it then runs new shapes eagerly) is named `flex_attention (unfused)`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 
 from attnprof.errors import UsageError, first_line
 from attnprof.models.attention import AttentionImpl
+from attnprof.run import recompile_limit_hits, unfused_since
 from attnprof.workload import DTYPES
 
 # (max |Δ logits|, mean KL, top-1 disagreement) floors per dtype.
@@ -166,27 +171,32 @@ def verify_model(preset: str, impls: Callable[[str, object], Sequence[AttentionI
 def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base, rule, n) -> ModelResult:
     if impl.rejected:
         return ModelResult(impl.name, dtype, "rejected", reason=impl.rejected)
+    name, unfused = impl.name, None
     try:
         model.set_attn_implementation(impl.attn_implementation)
-        with impl.context():
+        with impl.context(), recompile_limit_hits():
             logits = _forward(model, ids, mask)
             tokens = _greedy(model, ids, mask, n)
+        if "flex" in impl.name and unfused_since("flex") is not None:
+            name, unfused = f"{impl.name} (unfused)", (
+                "unfused: dynamo hit its recompile limit for flex attention in this process, so shapes it had not "
+                f"compiled before ran eagerly ({unfused_since('flex')})")
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - the implementation's failure is its row, with its reason
         text = first_line(exc, typed=False)
-        # a pinned backend refusing the inputs in its own words is a refusal (the other variants' refusals come from
-        # Variant.supports, up front); flex failing to compile is kept a refusal until issue 18 decides
-        refused = (impl.name.startswith("sdpa-") and "No available kernel" in text) or \
-            (impl.name == "flex_attention" and ("Inductor" in type(exc).__name__ or "Compile" in text))
+        # a pinned SDPA backend refusing the inputs in its own words ("No available kernel") is PyTorch's dispatcher
+        # refusing before anything ran: a refusal. Anything else that raised (flex failing to compile included) is a
+        # crash: `error`, a failure with its reason (issue 18: a crash is never `rejected`).
+        refused = impl.name.startswith("sdpa-") and "No available kernel" in text
         status = "rejected" if refused else "error"
         return ModelResult(impl.name, dtype, status, reason=f"{impl.name}: {first_line(exc)}"[:400])
     finally:
         model.set_attn_implementation("eager")
     a = agreement(logits, ref_logits, valid, tokens, ref_tokens)
-    reasons = judge(a, base, dtype, rule)
-    return ModelResult(impl.name, dtype, "fail" if reasons else "pass", reason="; ".join(reasons) or None,
-                       agreement=a)
+    reasons = judge(a, base, dtype, rule) + ([unfused] if unfused else [])
+    status = "fail" if len(reasons) > (1 if unfused else 0) else "pass"
+    return ModelResult(name, dtype, status, reason="; ".join(reasons) or None, agreement=a)
 
 
 def _config_summary(config) -> dict:

@@ -109,7 +109,9 @@ def _best(rows: list[dict]) -> str | None:
 def answer(prefill: list[dict], decode: list[dict], stream: list[dict], price: float,
            span_s: float | None = None) -> str:
     """A plain answer to "does the attention gain survive a real serving loop, and what does a token cost?",
-    computed from the rows (never pre-written)."""
+    computed from the rows (never pre-written). The verdict uses the same gains the answer prints: "Yes" needs the
+    stream's gain ≥ 1.1×; when the stream's gain and the same implementation's static prefill/decode gains straddle
+    1.0× (faster in one, slower in another) the answer is "Inconclusive", never "Yes" (one stream has no spread)."""
     parts: list[str] = []
     static_gains: dict[str, list[float]] = {}  # impl → its gains over eager in prefill and decode
     for rows in (prefill, decode):
@@ -182,6 +184,12 @@ def _stream_verdict(stream: list[dict], static_gains: dict[str, list[float]], sp
         text += (f" Both finished within 20% of the {span_s:.1f} s arrival span, so tokens/s is set by the arrivals; "
                  "the inter-token latency is the measure here.")
         g, measure = e["itl_ms"]["p50"] / s["itl_ms"]["p50"], "in inter-token latency (p50)"
+    static = static_gains.get(s["impl"]) or []
+    if static and min(g, *static) < 1.0 < max(g, *static):
+        # the numbers this answer prints point both ways: one stream has no spread of its own to break the tie
+        return (f"Inconclusive: {s['impl']} runs at {g:.2f}× eager {measure} in the serving loop but at "
+                f"{_span(static)} eager in static prefill/decode; these measurements straddle 1.0× (one stream per "
+                "implementation has no spread of its own): re-run on a quiet machine, with more requests."), text
     if g >= 1.1:
         verdict = f"Yes: the attention gain survives the serving loop ({s['impl']} {g:.2f}× eager {measure}"
     elif g > 0.95:

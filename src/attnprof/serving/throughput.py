@@ -129,6 +129,9 @@ def measure_prefill(model, impl: str, *, batch: int, context: int, device: str, 
             if tuple(out.logits.shape[:2]) != (batch, 1) or cached != context:
                 raise CheckFailed(f"prefill {impl}: cache holds {cached} tokens and logits {tuple(out.logits.shape)} "
                                   f"for a [{batch}, {context}] prompt")
+            bad = int((~torch.isfinite(out.logits)).sum())
+            if bad:  # a broken attention must not pass as a fast one: the point is an error with this reason
+                raise RuntimeError(f"prefill {impl}: non-finite output: {bad} NaN/Inf logits of {out.logits.numel()}")
             del out
             timing = time_call(step, device, warmup=1, reps=reps)
         prof = profile_share(step, model, device, steps=1) if share else None
