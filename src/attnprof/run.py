@@ -109,6 +109,8 @@ _LIMIT_FN = re.compile(r"function: '([^']+)'")
 
 
 class _LimitHandler(logging.Handler):
+    attnprof_listener = True  # stderr.third_party_noise quiets third-party records for every handler but this kind
+
     def __init__(self, hits: list[str]) -> None:
         super().__init__(logging.WARNING)
         self.hits = hits

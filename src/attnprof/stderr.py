@@ -131,6 +131,8 @@ def third_party_noise() -> Iterator[None]:
     handle = logging.Handler.handle
 
     def quiet_handle(self, record):  # every handler, including those torch and transformers add later
+        if getattr(self, "attnprof_listener", False):  # attnprof's own listeners (run.recompile_limit_hits) hear all
+            return handle(self, record)
         return False if _noise_record(record) else handle(self, record)
 
     logging.Handler.handle = quiet_handle  # type: ignore[method-assign]
