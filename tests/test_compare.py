@@ -36,7 +36,8 @@ def files(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_planted_regression_is_flagged(files):
     a, b = files
-    pairs = {(p.variant, p.label): p for p in compare(read_results(a)[0], read_results(b)[0])}
+    # max_spread off: the planted 150 ms is under test, not whether this (loaded, 2-core) CPU's µs cells are noisy
+    pairs = {(p.variant, p.label): p for p in compare(read_results(a)[0], read_results(b)[0], max_spread=float("inf"))}
     for w in SMALL:
         slow = pairs[("sdpa", w.label())]
         assert slow.verdict == "regression" and slow.ratio > 2, slow.why
@@ -45,7 +46,7 @@ def test_planted_regression_is_flagged(files):
 
 def test_a_file_against_itself_has_no_regression(files):
     a, _ = files
-    pairs = compare(read_results(a)[0], read_results(a)[0])
+    pairs = compare(read_results(a)[0], read_results(a)[0], max_spread=float("inf"))
     assert {p.verdict for p in pairs} == {"same"} and all(p.ratio == 1.0 for p in pairs)
 
 
@@ -63,16 +64,18 @@ def test_overlapping_bands_are_noise_not_regression():
 
 def test_cli_fail_on_regression_exits_1(files, tmp_path: Path, capsys):
     a, b = files
-    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "c"), "--json"]) == 0
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "c"), "--json", "--max-spread", "1000"]) == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     sdpa_keys = {r["key"] for r in read_results(a)[0] if r["variant"] == "sdpa"}
     assert len(sdpa_keys) == 2 and sdpa_keys <= set(last["regressions"])
     written = json.loads((tmp_path / "c" / "compare.json").read_text())
     assert written["schema"] == "attnprof.compare/1" and written["provenance"]["torch"]
-    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "c"), "--fail-on-regression"]) == 1
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "c"), "--fail-on-regression",
+                 "--max-spread", "1000"]) == 1
     err = capsys.readouterr().err
     assert "check failed" in err and "slower beyond the run-to-run spread" in err
-    assert main(["compare", str(a), str(a), "--out", str(tmp_path / "c"), "--fail-on-regression"]) == 0
+    assert main(["compare", str(a), str(a), "--out", str(tmp_path / "c"), "--fail-on-regression",
+                 "--max-spread", "1000"]) == 0
 
 
 def test_cli_other_schema_version_exit_2(files, tmp_path: Path, capsys):

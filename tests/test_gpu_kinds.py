@@ -83,7 +83,7 @@ def test_the_report_shows_each_cell_on_each_kind_side_by_side(files, tmp_path: P
 def test_compare_matches_cells_per_kind(files):
     here, fleet = files
     rows_here, rows_fleet = read_results(here)[0], read_results(fleet)[0]
-    same = compare(rows_fleet, rows_fleet)
+    same = compare(rows_fleet, rows_fleet, max_spread=float("inf"))  # pairing is under test, not this CPU's noise
     assert len(same) == 4 and {p.kind for p in same} == set(T.kinds(rows_fleet))
     assert all(p.verdict == "same" and p.a is p.b for p in same)
     one_side = compare(rows_here, rows_fleet)
