@@ -57,10 +57,10 @@ def test_naive_with_left_padding_is_compared_on_valid_rows_and_finite(tmp_path, 
 def test_verify_model_flex_that_fails_to_compile_is_error_not_rejected(tmp_path, capsys, monkeypatch):
     import torch._inductor.config as inductor_config
 
-    monkeypatch.setattr(inductor_config.cpp, "cxx", ("/nonexistent/attnprof-no-compiler",))  # a crash, everywhere
-    code, err, out = _run(capsys, "verify", "--model", "tiny-llama", "--dtype", "fp32", "--impls",
-                          "eager,flex_attention", "--model-batch", "2", "--model-seq", "8", "--decode-tokens", "2",
-                          "--seed", "1", "--out", str(tmp_path / "v"), "--json")
+    with inductor_config.patch({"cpp.cxx": ("/nonexistent/attnprof-no-compiler",)}):  # a crash, everywhere
+        code, err, out = _run(capsys, "verify", "--model", "tiny-llama", "--dtype", "fp32", "--impls",
+                              "eager,flex_attention", "--model-batch", "2", "--model-seq", "8", "--decode-tokens",
+                              "2", "--seed", "1", "--out", str(tmp_path / "v"), "--json")
     assert code == 1, err
     assert err[-1].startswith("attnprof: check failed:") and "flex_attention fp32 on tiny-llama" in err[-1]
     status = {m["impl"]: m["status"] for m in _last_json(out)["model"]}
@@ -79,12 +79,12 @@ def test_verify_labels_flex_past_the_recompile_limit_unfused(tmp_path, capsys, m
     import attnprof.variants.flex as flex
 
     monkeypatch.setattr(attnprof.run, "_PAST_LIMIT", {})
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     compiled = torch.compile(flex_attention, backend="eager", dynamic=False)  # no C++ compiler needed
     monkeypatch.setattr(flex, "_compiled", lambda: compiled)
     try:
-        code, err, out = _run(capsys, "verify", "--variants", "flex", "--dtype", "fp32", "--cases",
-                              "odd-full,gqa,decode", "--seed", "1", "--out", str(tmp_path / "v"), "--json")
+        with torch._dynamo.config.patch(recompile_limit=1):  # restored on exit (monkeypatch would delete it)
+            code, err, out = _run(capsys, "verify", "--variants", "flex", "--dtype", "fp32", "--cases",
+                                  "odd-full,gqa,decode", "--seed", "1", "--out", str(tmp_path / "v"), "--json")
     finally:
         torch._dynamo.reset()
     assert code == 0, err
