@@ -146,7 +146,8 @@ def _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL: tl.constex
 @triton.jit
 def _cols_mask(rows_ok, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
     """`rows_ok` as a tile mask, plus the D valid columns when the head dim is padded (80, 96 -> BLOCK_D 128);
-    decided at compile time, so power-of-two head dims keep their plain row masks (and vectorized loads)."""
+    decided at compile time, so power-of-two head dims keep their plain row masks (and vectorized loads). The twin of
+    `_kernel._cols_mask`: this module is compiled on its own too (tests load it by path), so it imports nothing."""
     if BLOCK_D == HEAD_DIM:
         return rows_ok[:, None]
     else:
