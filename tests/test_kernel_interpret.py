@@ -179,6 +179,19 @@ def _child() -> dict:
                                           softmax_scale=inputs.scale, causal=True, num_splits=3)
         results[f"hd{d}/kvcache"] = {"err": rel_err(out.transpose(1, 2), ref), "eager": eager_err(inputs, ref),
                                      "appended": bool(torch.equal(cache_k[3, 7], k[0, 39]))}
+    # bf16 through the interpreter: varlen and kvcache refuse it before launch (they returned ~1e9 garbage silently)
+    refusals = {}
+    qb, kb = torch.randn(6, 2, 64).bfloat16(), torch.randn(6, 2, 64).bfloat16()
+    cu6 = torch.tensor([0, 6], dtype=torch.int32)
+    calls = {"varlen": lambda: mod.flash_attn_varlen_func(qb, kb, kb, cu6, cu6, 6, 6, causal=True),
+             "kvcache": lambda: mod.flash_attn_with_kvcache(qb[None, :1], kb[None], kb[None], causal=True)}
+    for name, call in calls.items():
+        try:
+            call()
+            refusals[name] = "ran"
+        except ValueError as e:
+            refusals[name] = str(e)
+    results["bf16_refused"] = refusals
     # inf/NaN in one batch's first keys/values must not leak into the previous batch's last (partial) TMA tile
     w = Workload(batch=2, heads=2, seq=40, head_dim=64, dtype="fp16", causal=False)
     inputs = w.make_inputs(seed=5)
@@ -295,6 +308,11 @@ def test_head_dims_80_96_256_match_the_oracle_on_every_entry_point(interp, key):
     r = interp[key]
     assert r["err"] <= 2 * r["eager"], r
     assert r.get("appended", True), r  # the new key landed in its page (position 39 = page 3, row 7)
+
+
+@pytest.mark.parametrize("entry", ["varlen", "kvcache"])
+def test_bf16_through_the_interpreter_is_refused_where_it_would_be_wrong(interp, entry):
+    assert "bfloat16 through Triton's interpreter" in interp["bf16_refused"][entry], interp["bf16_refused"]
 
 
 def test_kernel_variant_passes_views_not_copies(interp):

@@ -78,6 +78,10 @@ def device_problem(q: torch.Tensor) -> str | None:
                 "set TRITON_INTERPRET=1 before loading the kernel")
     if q.device.type not in ("cpu", "cuda"):
         return f"device {q.device} is not supported (CUDA, or the CPU through Triton's interpreter)"
+    if INTERPRETED and q.dtype == torch.bfloat16:  # refused, never a silent wrong answer
+        return ("bfloat16 through Triton's interpreter: it upcasts bf16 tl.dot operands wrongly (relative error ~1e9), "
+                "so the varlen and kvcache programs refuse it on the CPU; use float16 there, or a CUDA GPU "
+                "(flash_attn_func runs bf16 on the CPU through float32 copies)")
     return None
 
 
