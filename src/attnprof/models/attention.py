@@ -228,9 +228,11 @@ def _kvcache_call(module, q, k, v, seqlen, leftpad, scale):
     dynamo does not trace into the kernel's launcher, so there is no graph break per layer and inductor's CUDA graph
     takes the launches with the rest of the step. (Traced through, the launcher failed to compile in inductor on the
     H200; disabled, it broke the graph at every layer: 21.0 ms/token.)"""
-    if module not in _CACHE_MODULES:
-        raise RuntimeError("kernel_over_cache: register_cache_kernel(module) first, outside torch.compile")
-    return _kvcache_op(q, k, v, seqlen, leftpad, float(scale), _CACHE_MODULES.index(module))
+    try:
+        index = _CACHE_MODULES.index(module)
+    except ValueError:
+        raise RuntimeError("kernel_over_cache: register_cache_kernel(module) first, outside torch.compile") from None
+    return _kvcache_op(q, k, v, seqlen, leftpad, float(scale), index)
 
 
 @torch.library.custom_op("attnprof::kvcache_attention", mutates_args=())
@@ -247,12 +249,11 @@ def _(q, k, v, seqlen, leftpad, scale, module):
     return q.new_empty(q.shape)  # [B, Sq, Hq, D], contiguous
 
 
-_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+_DTYPE_NAMES = {str(v): k for k, v in DTYPES.items()}  # "torch.float16" -> "fp16": the envelope carries str(dtype)
 
 
 def _envelope_workload(envelope: tuple) -> Workload:
     """One attention call of the model (its envelope: shapes, dtype, causal, mask kind, device) as a `Workload`."""
     b, hq, sq, d, hkv, sk, dtype, causal, kind, device, _grad = envelope
-    names = {str(k): v for k, v in _DTYPE_NAMES.items()}
-    return Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype=names.get(dtype, "fp32"),
+    return Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype=_DTYPE_NAMES.get(dtype, "fp32"),
                     causal=causal, mask=kind, device=device)
