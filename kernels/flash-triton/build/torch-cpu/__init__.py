@@ -60,7 +60,8 @@ def choose_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> Config | De
         return DecodeConfig()
     # causal only: every H200 run of the Gluon programs so far was causal (their non-causal path compiles and is
     # in tests/test_kernel_cuda.py, but has not been run on a GPU yet), so non-causal stays on the Triton program
-    if causal and d in _GLUON_MIN_SK and k.shape[1] >= _GLUON_MIN_SK[d] and gluon_unsupported(q, k, causal, _GLUON) is None:
+    if (causal and d in _GLUON_MIN_SK and k.shape[1] >= _GLUON_MIN_SK[d]
+            and gluon_unsupported(q, k, causal, _GLUON) is None):
         return _GLUON
     return default_config(d, q.device)
 
@@ -72,10 +73,11 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
     if q.shape[-1] not in GLUON_HEAD_DIMS:
         return (f"the Gluon programs are built for head dims {', '.join(map(str, GLUON_HEAD_DIMS))} (got "
                 f"{q.shape[-1]}: the Triton program takes it)")
-    if tma_layout(q, k, k) is None:
+    layout = tma_layout(q, k, k)  # v is checked by `attention`
+    if layout is None:
         return ("the Gluon program reads q, k, v through TMA as contiguous [B, S, H, D] tensors or as [B, S, H, D] "
                 "views of contiguous [B, H, S, D] ones (these have other strides)")
-    if cfg.persistent and tma_layout(q, k, k) == "heads":
+    if cfg.persistent and layout == "heads":
         return "the persistent Gluon program reads [B, S, H, D]-contiguous tensors only (these are [B, H, S, D] views)"
     major, minor = torch.cuda.get_device_capability(q.device)
     if (major, minor) != (9, 0):
@@ -172,7 +174,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
             reason := gluon_unsupported(q, k, causal, config)):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
-    if isinstance(cfg, Config) and cfg.gluon and tma_layout(q, k, v) is None:  # v's layout: choose_config saw q, k
+    layout = tma_layout(q, k, v)
+    if isinstance(cfg, Config) and cfg.gluon and layout is None:  # v's layout: choose_config saw q, k
         if config is not None:
             raise ValueError(f"flash-triton: {config.label()}: v's strides are neither q's nor k's TMA layout")
         cfg = default_config(d, q.device)
@@ -192,14 +195,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         # bf16. Never on a GPU, where bf16 is compiled and right.
         out = attention(q.float(), k.float(), v.float(), softmax_scale, causal, config=cfg, _fp32_ok=True)
         return out.to(torch.bfloat16)
-    layout = tma_layout(q, k, v)
     # the output takes q's layout when q is a view of [B, H, S, D] (no copy on the way back to PyTorch's layout)
     if layout == "heads":
         out = torch.empty((b, hq, sq, d), dtype=q.dtype, device=q.device).transpose(1, 2)
     else:
         out = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
     if cfg.gluon:
-        _launch_gluon(q, k, v, out, scale, bool(causal), cfg)
+        _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads")
         return out
     if cfg.use_tma and (layout is None or block_d(d) != d):
         cfg = dataclasses.replace(cfg, use_tma=False)  # other strides, or a padded head dim: pointer loads
@@ -233,7 +235,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
 
 
 def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float, causal: bool,
-                  cfg: Config) -> None:
+                  cfg: Config, heads_in_rows: bool) -> None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -242,8 +244,6 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     element = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-
-    heads_in_rows = tma_layout(q, k, v) == "heads"  # gluon_unsupported let only "rows" or "heads" through
 
     def desc(t: torch.Tensor, block: int) -> TensorDescriptor:  # 2-D [B*S, H*D] or [B*H*S, D], tiles [block, D]
         layout = gl.NVMMASharedLayout.get_default_for([block, d], element)

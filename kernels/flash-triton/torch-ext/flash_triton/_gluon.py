@@ -76,6 +76,27 @@ def _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, block, kv_row, 
 
 
 @gluon.jit
+def _program_tile(H, GROUPS, SQ, SK, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
+                  HEADS_IN_ROWS: gl.constexpr):
+    """(m0, q_row, kv_row, q_col, kv_col) of this program's tile, grid (Sq / BLOCK_M, B * H): causal tiles heaviest
+    first; the TMA coordinates in `[B*S, H*D]` (a head is a column block) or, with `HEADS_IN_ROWS`, `[B*H*S, D]` (a
+    head's rows are consecutive)."""
+    if CAUSAL:
+        start_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        start_m = gl.program_id(0)
+    off_bh = gl.program_id(1)
+    b = off_bh // H
+    h = off_bh % H
+    hk = h // GROUPS  # GQA
+    m0 = start_m * BLOCK_M
+    if HEADS_IN_ROWS:
+        return m0, (b * H + h) * SQ + m0, (b * (H // GROUPS) + hk) * SK, 0, 0
+    else:
+        return m0, b * SQ + m0, b * SK, h * HEAD_DIM, hk * HEAD_DIM
+
+
+@gluon.jit
 def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK,
                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
@@ -84,25 +105,7 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
     views `[B*S, H*D]` of `[B, S, H, D]` tensors, or with `HEADS_IN_ROWS` `[B*H*S, D]` of `[B, H, S, D]` ones
     (`[B, S, H, D]` views of them: what a transpose of PyTorch's own layout hands over, read without a copy)."""
     dtype: gl.constexpr = desc_q.dtype
-    if CAUSAL:
-        start_m = gl.num_programs(0) - 1 - gl.program_id(0)  # heaviest tiles first
-    else:
-        start_m = gl.program_id(0)
-    off_bh = gl.program_id(1)
-    b = off_bh // H
-    h = off_bh % H
-    hk = h // GROUPS  # GQA
-    m0 = start_m * BLOCK_M
-    if HEADS_IN_ROWS:  # [B*H*S, D]: a head's rows are consecutive
-        q_row = (b * H + h) * SQ + m0
-        kv_row = (b * (H // GROUPS) + hk) * SK
-        q_col = 0
-        kv_col = 0
-    else:  # [B*S, H*D]: a head is a column block
-        q_row = b * SQ + m0
-        kv_row = b * SK
-        q_col = h * HEAD_DIM
-        kv_col = hk * HEAD_DIM
+    m0, q_row, kv_row, q_col, kv_col = _program_tile(H, GROUPS, SQ, SK, HEAD_DIM, BLOCK_M, CAUSAL, HEADS_IN_ROWS)
 
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -268,25 +271,7 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
     `HEADS_IN_ROWS`: as in `attention_fwd_sm90`."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = desc_q.dtype
-    if CAUSAL:
-        start_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    else:
-        start_m = gl.program_id(0)
-    off_bh = gl.program_id(1)
-    b = off_bh // H
-    h = off_bh % H
-    hk = h // GROUPS
-    m0 = start_m * BLOCK_M
-    if HEADS_IN_ROWS:  # [B*H*S, D]: a head's rows are consecutive
-        q_row = (b * H + h) * SQ + m0
-        kv_row = (b * (H // GROUPS) + hk) * SK
-        q_col = 0
-        kv_col = 0
-    else:  # [B*S, H*D]: a head is a column block
-        q_row = b * SQ + m0
-        kv_row = b * SK
-        q_col = h * HEAD_DIM
-        kv_col = hk * HEAD_DIM
+    m0, q_row, kv_row, q_col, kv_col = _program_tile(H, GROUPS, SQ, SK, HEAD_DIM, BLOCK_M, CAUSAL, HEADS_IN_ROWS)
     diag = SK - SQ
     if CAUSAL:
         end = gl.minimum(m0 + BLOCK_M + diag, SK)
