@@ -39,6 +39,8 @@ CASES = [  # (B, Hq, Hkv, Sq, Sk, D, dtype, causal)
     (2, 16, 16, 4096, 4096, 128, "bf16", True),
     (2, 8, 2, 512, 1536, 128, "fp16", True),  # aligned, Sq < Sk, GQA: shapes the Gluon program takes
     (1, 8, 8, 2048, 2048, 64, "bf16", True),
+    (2, 8, 2, 1024, 1024, 128, "bf16", False),  # aligned, not causal: the Gluon programs' non-causal path
+    (1, 8, 8, 2048, 1024, 64, "fp16", False),
 ]
 
 
@@ -90,10 +92,19 @@ ROUND = {"1": "broad: BLOCK_M 128 x BLOCK_N 64/128 x warps 4/8 x stages 2/3/4 (T
          "5": "the Gluon program (softmax of block j under P V of block j-1) and lazy rescale (lz) in Triton",
          "6": "the warp-specialized Gluon program: 128-row tile, two consumer warpgroups sharing K/V, a TMA warp",
          "7": "the warp-specialized Gluon program made persistent (one CTA per SM walks the tiles)",
-         "10": "head dims 256 (TMA tiles and warps) and 80/96 (padded to 128 columns, pointer loads)"}
+         "10": "head dims 256 (TMA tiles and warps) and 80/96 (padded to 128 columns, pointer loads)",
+         "11": "non-causal and short sequences on the Gluon programs; ragged lengths through the varlen Gluon one"}
 
 
 def candidates(mod, d: int, round_: str = "1") -> list:
+    if round_ == "11":
+        C = mod.Config
+        ws = dict(gluon=True, warp_specialize=True)
+        if d == 128:
+            return [C(64, 64, 4, 3, True), C(64, 64, 4, 3, gluon=True), C(128, 128, 4, 3, **ws),
+                    C(128, 128, 4, 2, **ws), C(128, 64, 4, 3, **ws)]
+        return [C(64, 128, 4, 2, True), C(64, 128, 4, 2, gluon=True), C(128, 128, 4, 3, **ws),
+                C(128, 64, 4, 3, **ws)]
     if round_ == "10":
         C = mod.Config
         if d == 256:
@@ -157,6 +168,7 @@ def main() -> int:
     p.add_argument("--round", choices=sorted(ROUND), default="1", help="which candidate list (see ROUND)")
     p.add_argument("--head-dims", default="128,64")
     p.add_argument("--shapes", default="16x1024,4x4096,1x16384", help="BxS, comma-separated (16 heads)")
+    p.add_argument("--causal", choices=("causal", "full", "both"), default="causal", help="which masks to time")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -179,32 +191,43 @@ def main() -> int:
     result["matmul_tflops"] = ceiling = matmul_ceiling()
     print(f"matmul bf16 8192^3: {ceiling:.0f} TF/s", flush=True)
     timings = []
-    for d in head_dims:
-        for b, s in shapes:
-            q, k, v = (torch.randn(b, s, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-            ms = triton.testing.do_bench(
-                lambda: torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=True),
-                warmup=10, rep=40, return_mode="median")
-            timings.append({"d": d, "b": b, "s": s, "impl": "sdpa-auto", "ms": ms, "tflops": tflops(b, heads, s, d, ms)})
-            for cfg in candidates(mod, d, args.round):
-                if time.time() - t0 > args.budget_s:
-                    timings.append({"d": d, "b": b, "s": s, "impl": cfg.label(), "error": "skipped: budget"})
-                    continue
-                try:
-                    fn = lambda: mod.attention(q, k, v, None, True, config=cfg)  # noqa: E731
-                    ms = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
-                    timings.append({"d": d, "b": b, "s": s, "impl": cfg.label(), "ms": ms,
-                                    "tflops": tflops(b, heads, s, d, ms)})
-                except Exception as e:  # a config that does not fit (shared memory, registers) is data here
-                    timings.append({"d": d, "b": b, "s": s, "impl": cfg.label(),
-                                    "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"})
-            print(f"d={d} b={b} s={s} done at {time.time() - t0:.0f}s", flush=True)
+    causals = {"causal": (True,), "full": (False,), "both": (True, False)}[args.causal]
+    for d, causal, (b, s) in ((d, c, sh) for d in head_dims for c in causals for sh in shapes):
+        q, k, v = (torch.randn(b, s, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        cell = {"d": d, "b": b, "s": s, "causal": causal}
+
+        def timed(impl: str, fn) -> None:
+            if time.time() - t0 > args.budget_s:
+                timings.append({**cell, "impl": impl, "error": "skipped: budget"})
+                return
+            try:
+                ms = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+                timings.append({**cell, "impl": impl, "ms": ms, "tflops": tflops(b, heads, s, d, ms, causal)})
+            except Exception as e:  # a config that does not fit (shared memory, registers) is data here
+                timings.append({**cell, "impl": impl, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"})
+
+        timed("sdpa-auto", lambda: torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=causal))
+        timed("default", lambda: mod.attention(q, k, v, None, causal))
+        for cfg in candidates(mod, d, args.round):
+            if cfg.gluon and (why := mod.gluon_unsupported(q, k, causal, cfg)):
+                timings.append({**cell, "impl": cfg.label(), "error": f"refused: {why}"})
+                continue
+            timed(cfg.label(), lambda cfg=cfg: mod.attention(q, k, v, None, causal, config=cfg))
+        if args.round == "11":  # the same tensors as packed sequences through the varlen Gluon program
+            cu = torch.arange(0, (b + 1) * s, s, device="cuda", dtype=torch.int32)
+            qp, kp, vp = (t.view(b * s, heads, d) for t in (q, k, v))
+            ws = mod.Config(128, 128, 4, 3, gluon=True, warp_specialize=True)
+            if mod.gluon_varlen_unsupported(qp, kp, vp, ws) is None:
+                timed("varlen " + ws.label(), lambda: mod.varlen_attention(qp, kp, vp, cu, cu, s, None, causal,
+                                                                           config=ws))
+        print(f"d={d} b={b} s={s} {'causal' if causal else 'full'} done at {time.time() - t0:.0f}s", flush=True)
     result["timings"] = timings
     # correctness of the fastest config per head dim, on the full case list
     best = {}
     for t in timings:
-        if "tflops" in t and t["impl"] != "sdpa-auto" and t["s"] >= 4096:
+        if "tflops" in t and t["impl"] not in ("sdpa-auto", "default") and t["s"] >= 4096 and t["impl"] in {
+                c.label() for c in candidates(mod, t["d"], args.round)}:
             best.setdefault((t["d"], t["impl"]), []).append(t["tflops"])
     winners = {}
     for d in head_dims:
@@ -214,18 +237,19 @@ def main() -> int:
     result["winners"] = winners
     cfg_of = {c.label(): c for d in head_dims for c in candidates(mod, d, args.round)}
     result["check_winners"] = check(mod, {d: [cfg_of[w]] for d, w in winners.items()})
-    if args.round in ("5", "6", "7"):  # new programs: every candidate on the full case list, not just the winners
+    if args.round in ("5", "6", "7", "11"):  # new programs: every candidate on the full case list, not just the winners
         result["check_all"] = check(mod, {d: candidates(mod, d, args.round) for d in head_dims})
     (args.out / "tune.json").write_text(json.dumps(result, indent=1))
 
-    print(f"\n{'d':>4} {'B':>3} {'S':>6} {'impl':<24} {'ms':>8} {'TF/s':>6} {'/sdpa':>6} {'/mm':>5}")
-    sdpa = {(t["d"], t["s"]): t["tflops"] for t in timings if t["impl"] == "sdpa-auto"}
+    print(f"\n{'d':>4} {'B':>3} {'S':>6} {'mask':<6} {'impl':<30} {'ms':>8} {'TF/s':>6} {'/sdpa':>6} {'/mm':>5}")
+    sdpa = {(t["d"], t["s"], t["causal"]): t.get("tflops") for t in timings if t["impl"] == "sdpa-auto"}
     for t in timings:
-        if "tflops" not in t:
-            print(f"{t['d']:>4} {t['b']:>3} {t['s']:>6} {t['impl']:<24} {t['error'][:60]}")
+        head = f"{t['d']:>4} {t['b']:>3} {t['s']:>6} {'causal' if t['causal'] else 'full':<6} {t['impl']:<30}"
+        base = sdpa.get((t["d"], t["s"], t["causal"]))
+        if "tflops" not in t or not base:
+            print(f"{head} {t.get('error', 'no sdpa-auto timing')[:70]}")
             continue
-        print(f"{t['d']:>4} {t['b']:>3} {t['s']:>6} {t['impl']:<24} {t['ms']:8.3f} {t['tflops']:6.0f} "
-              f"{t['tflops'] / sdpa[(t['d'], t['s'])]:6.2f} {t['tflops'] / ceiling:5.2f}")
+        print(f"{head} {t['ms']:8.3f} {t['tflops']:6.0f} {t['tflops'] / base:6.2f} {t['tflops'] / ceiling:5.2f}")
     print("winners:", winners)
     checked = result["check_default"] + result["check_winners"] + result.get("check_all", [])
     bad = [r for r in checked if r["ok"] is False]

@@ -1,0 +1,84 @@
+"""Host time of one flash-triton call (checks, program choice, descriptors, Triton's launcher) beside SDPA's.
+
+Run from the repository root on the GPU machine:
+    PYTHONPATH=src python3 kernels/flash-triton/host_cost.py [--calls 300] [--profile]
+A call's host time is measured as the wall time to enqueue `--calls` calls divided by their number, with the GPU
+kept ahead (tiny shapes: the kernels take less GPU time than their launches); `--profile` prints the top of a
+cProfile of the default path, which names where the host microseconds go. Prints a table; nothing is timed in a
+unit test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent
+SHAPES = [(1, 16, 1024, 64, True), (8, 16, 1024, 64, True), (1, 32, 1024, 128, True), (1, 32, 1024, 128, False),
+          (2, 16, 1000, 128, True)]
+
+
+def host_us(fn, calls: int) -> float:
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t) / calls * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--profile", action="store_true")
+    args = p.parse_args()
+    from kernels import get_local_kernel
+
+    mod = get_local_kernel(REPO)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    print(f"{'B':>3} {'H':>3} {'S':>5} {'D':>4} {'mask':<6} {'program':<34} {'ours us':>8} {'sdpa us':>8} "
+          f"{'gpu us':>8}")
+    for b, h, s, d, causal in SHAPES:
+        qh, kh, vh = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = (t.transpose(1, 2) for t in (qh, kh, vh))  # the `kernel` variant's views: no copies
+
+        def ours():
+            return mod.flash_attn_func(q, k, v, causal=causal)
+
+        gpu = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ours()
+        torch.cuda.synchronize()
+        gpu[0].record()
+        for _ in range(20):
+            ours()
+        gpu[1].record()
+        torch.cuda.synchronize()
+        label = mod.choose_config(q, k, causal).label()
+        print(f"{b:>3} {h:>3} {s:>5} {d:>4} {'causal' if causal else 'full':<6} {label:<34} "
+              f"{host_us(ours, args.calls):8.1f} {host_us(lambda: sdpa(qh, kh, vh, is_causal=causal), args.calls):8.1f} "
+              f"{gpu[0].elapsed_time(gpu[1]) / 20 * 1e3:8.1f}", flush=True)
+        if args.profile and (b, s) == (8, 1024):
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(200):
+                ours()
+            prof.disable()
+            torch.cuda.synchronize()
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+            print(buf.getvalue())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
