@@ -1,7 +1,9 @@
 """Stage four's benchmark: our fused kernel against SDPA (auto, flash) and FlexAttention, beside the matmul ceiling.
 
 Why these shapes: the FlashAttention benchmark's convention, so the numbers compare with published ones. Forward,
-causal, bf16, 16 heads, head dim 128 and 64, B·S = 16k tokens for S = 512 … 16k; FLOPs 4·B·H·S²·D / 2.
+bf16, 16 heads, head dim 128 and 64, causal and not, B·S = 16k tokens for S = 512 … 16k; FLOPs 4·B·H·S²·D, halved
+when causal. Beside them (issue 17's targets): a ragged length (S = 3000) with its aligned neighbour (3072), and
+head dims 80, 96, 256 at S = 2k and 8k. The report ends with each target of issue 17, met or by how much not.
 Every implementation gets its native layout through the variants registry (one way in): SDPA and flex take
 contiguous `[B, H, S, D]`; the `kernel` variant gets `[B, H, S, D]` views of `[B, S, H, D]` storage, which it
 transposes to flash-attn's layout for free. Every implementation runs through `attnprof.run.run` (supports(),
@@ -10,7 +12,7 @@ stands beside SDPA auto's (ratio) and beside a bf16 8192³ matmul measured in th
 kernel-vs-SDPA output difference (`numerics.compare`, norm-relative) is printed per cell as a sanity check (the
 real numerics check is tests/test_kernel_cuda.py against the fp64 oracle).
 
-    PYTHONPATH=src python3 benchmarks/kernel_bench.py --out DIR [--kernel ORG/REPO@V --trust-remote-kernel]
+    PYTHONPATH=src python3 benchmarks/kernel_bench.py --out DIR [--causal both] [--kernel ORG/REPO@V --trust-remote-kernel]
 Writes DIR/h200-kernel.md (the command line at the top) and DIR/kernel-bench.json (schema attnprof.kernel-bench/1).
 """
 
@@ -36,7 +38,7 @@ from attnprof.variants import VARIANTS, Variant, kernel_hub
 from attnprof.workload import Inputs, Workload
 
 SCHEMA = "attnprof.kernel-bench/1"
-IMPLS = ("sdpa", "sdpa-flash", "flex", "kernel", "kernel-triton")
+IMPLS = ("sdpa", "sdpa-flash", "flex", "kernel", "kernel-strided", "kernel-triton")
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 
 
@@ -69,7 +71,9 @@ def run_cell(w: Workload, impls: list[str], reps: int, spec: kernel_hub.KernelSp
     mod = own_kernel(spec)
     kernel = kernel_hub.kernel_variant(spec)
     for impl in impls:
-        if impl == "kernel-triton":
+        if impl == "kernel-strided":  # `kernel` on the plain [B, H, S, D] inputs: strided views, no copy
+            variant = dataclasses.replace(kernel, name="kernel-strided")
+        elif impl == "kernel-triton":
             if mod is None:
                 continue
             variant = Variant("kernel-triton", triton_path(mod), supports=kernel.supports, family="kernel",
@@ -78,7 +82,7 @@ def run_cell(w: Workload, impls: list[str], reps: int, spec: kernel_hub.KernelSp
             variant = kernel if impl == "kernel" else VARIANTS[impl]
         if impl == "flex":
             torch._dynamo.reset()  # one compile per shape; without this the recompile limit turns flex eager
-        own = bshd_storage(inputs) if impl.startswith("kernel") else inputs
+        own = bshd_storage(inputs) if impl in ("kernel", "kernel-triton") else inputs
         r = run(variant, w, own, reps=reps, warmup=10, keep_output=True)
         if not r.status.ran:
             results[impl] = {"status": r.status.value, "reason": r.reason}
@@ -86,7 +90,7 @@ def run_cell(w: Workload, impls: list[str], reps: int, spec: kernel_hub.KernelSp
         t = r.timing
         results[impl] = {"status": "ok", "ms": t.p50, "p20": t.p20, "p80": t.p80, "tflops": tflops(w, t.p50 * 1e-3),
                          "out": r.output}
-        if impl == "kernel" and mod is not None:  # which of flash-triton's programs `kernel` ran
+        if impl in ("kernel", "kernel-strided") and mod is not None:  # which of flash-triton's programs `kernel` ran
             results[impl]["config"] = mod.choose_config(own.q.transpose(1, 2), own.k.transpose(1, 2), w.causal).label()
     return results
 
@@ -99,6 +103,11 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=16384)
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--causal", choices=("causal", "full", "both"), default="both")
+    p.add_argument("--ragged", default="3000", help="lengths not a multiple of the tile, each beside its aligned "
+                   "neighbour (rounded up to 128); '' for none")
+    p.add_argument("--more-head-dims", default="80,96,256", help="causal only, at --more-seqs; '' for none")
+    p.add_argument("--more-seqs", default="2048,8192")
     p.add_argument("--flex-budget-s", type=float, default=90.0, help="stop compiling flex cells after this long")
     add_kernel_args(p)
     args = p.parse_args()
@@ -110,27 +119,34 @@ def main() -> int:
     ceiling = measure_matmul("cuda", "bf16", 8192, reps=30, warmup=5)
     print(f"matmul bf16 8192^3: {ceiling:.0f} TF/s", file=sys.stderr, flush=True)
     rows, flex_spent = [], 0.0
-    for d in (int(x) for x in args.head_dims.split(",")):
-        for s in (int(x) for x in args.seqs.split(",")):
-            w = Workload(batch=max(1, args.tokens // s), heads=args.heads, seq=s, head_dim=d, dtype="bf16",
-                         causal=True, device="cuda")
-            impls = [i for i in IMPLS if i != "flex" or flex_spent <= args.flex_budget_s]
-            t = time.time()
-            results = run_cell(w, impls, args.reps, spec)
-            flex_spent += time.time() - t if "flex" in impls else 0.0  # compile time dominates the cell
-            if "flex" not in impls:
-                results["flex"] = {"status": "skipped", "reason": f"flex compile budget {args.flex_budget_s}s spent"}
-            base = results.get("sdpa", {}).get("tflops")
-            ref_out = results.get("sdpa", {}).pop("out", None)
-            for impl, r in results.items():
-                out = r.pop("out", None)
-                if out is not None and ref_out is not None and impl != "sdpa":
-                    r["rel_diff_vs_sdpa"] = compare(out, ref_out, dtype=w.dtype).norm_rel
-                rows.append({"impl": impl, "batch": w.batch, "seq": s, "head_dim": d, **r,
-                             "vs_sdpa": r["tflops"] / base if "tflops" in r and base else None,
-                             "vs_matmul": r["tflops"] / ceiling if "tflops" in r else None})
-            print(f"d={d} S={s}: " + "  ".join(f"{i} {r.get('tflops', float('nan')):.0f}" for i, r in results.items())
-                  + f"  ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+    causals = {"causal": (True,), "full": (False,), "both": (True, False)}[args.causal]
+    head_dims = [int(d) for d in args.head_dims.split(",")]
+    seqs = [int(s) for s in args.seqs.split(",")]
+    ragged = [int(s) for s in args.ragged.split(",") if s]
+    cells = [(d, c, s) for d in head_dims for c in causals for s in seqs + [x for r in ragged for x in (r, -(-r // 128) * 128)]]
+    cells += [(d, True, s) for d in (int(x) for x in args.more_head_dims.split(",") if x)
+              for s in (int(x) for x in args.more_seqs.split(","))]
+    for n, (d, causal, s) in enumerate(cells, 1):
+        w = Workload(batch=max(1, args.tokens // s), heads=args.heads, seq=s, head_dim=d, dtype="bf16",
+                     causal=causal, device="cuda")
+        impls = [i for i in IMPLS if i != "flex" or flex_spent <= args.flex_budget_s]
+        t = time.time()
+        results = run_cell(w, impls, args.reps, spec)
+        flex_spent += time.time() - t if "flex" in impls else 0.0  # compile time dominates the cell
+        if "flex" not in impls:
+            results["flex"] = {"status": "skipped", "reason": f"flex compile budget {args.flex_budget_s}s spent"}
+        base = results.get("sdpa", {}).get("tflops")
+        ref_out = results.get("sdpa", {}).pop("out", None)
+        for impl, r in results.items():
+            out = r.pop("out", None)
+            if out is not None and ref_out is not None and impl != "sdpa":
+                r["rel_diff_vs_sdpa"] = compare(out, ref_out, dtype=w.dtype).norm_rel
+            rows.append({"impl": impl, "batch": w.batch, "seq": s, "head_dim": d, "causal": causal, **r,
+                         "vs_sdpa": r["tflops"] / base if "tflops" in r and base else None,
+                         "vs_matmul": r["tflops"] / ceiling if "tflops" in r else None})
+        print(f"[{n}/{len(cells)}] d={d} {'causal' if causal else 'full'} S={s}: "
+              + "  ".join(f"{i} {r.get('tflops', float('nan')):.0f}" for i, r in results.items())
+              + f"  ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
     command = "PYTHONPATH=src python3 " + " ".join(shlex.quote(a) for a in sys.argv)
     prov = provenance("cuda", seed=0)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -147,15 +163,18 @@ def render(rows: list[dict], ceiling: float, command: str, prov: dict, kernel: s
     lines = [f"# Stage four: fused attention forward on {prov['device']}", "", "```", command, "```", "",
              f"torch {prov['torch']}, CUDA {prov['cuda']}, cuDNN {prov['cudnn']}, Triton {prov['triton']}, "
              f"kernels {prov['kernels']}, git {prov['git_sha']}, {prov['time_utc']}. `kernel` = {kernel}.",
-             f"Causal bf16, 16 heads, B·S = 16k tokens; TFLOP/s = 4·B·H·S²·D/2 over the median of the timed calls; "
+             f"bf16, 16 heads, B·S = 16k tokens; TFLOP/s = 4·B·H·S²·D (halved when causal) over the median of the timed calls; "
              f"ceiling = bf16 8192³ matmul measured in this run: **{ceiling:.0f} TFLOP/s**. "
              "`kernel (…)` names the flash-triton program `flash_attn_func` chose; `kernel-triton` is the same kernel "
-             "forced onto its Triton program.", ""]
-    for d in sorted({r["head_dim"] for r in rows}, reverse=True):
-        lines += [f"## head dim {d}", "",
+             "forced onto its Triton program; `kernel-strided` is `kernel` handed `[B, H, S, D]`-contiguous inputs "
+             "as strided `[B, S, H, D]` views (no copy; the path it took is in parentheses), as `attnprof stages` "
+             "does.", ""]
+    lines += targets(rows)
+    for d, causal in sorted({(r["head_dim"], r.get("causal", True)) for r in rows}, reverse=True):
+        lines += [f"## head dim {d}, {'causal' if causal else 'not causal'}", "",
                   "| S | B | impl | ms (p50) | TFLOP/s | × SDPA auto | × matmul | rel. diff vs SDPA |",
                   "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
-        for r in (r for r in rows if r["head_dim"] == d):
+        for r in (r for r in rows if r["head_dim"] == d and r.get("causal", True) == causal):
             if r["status"] != "ok":
                 lines.append(f"| {r['seq']} | {r['batch']} | {r['impl']} | {r['status']}: {r['reason'][:80]} | | | | |")
                 continue
@@ -165,6 +184,50 @@ def render(rows: list[dict], ceiling: float, command: str, prov: dict, kernel: s
                          f"{r['vs_sdpa']:.2f} | {r['vs_matmul']:.2f} | {diff} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def targets(rows: list[dict]) -> list[str]:
+    """Issue 17's speed targets, each met or not with the measured ratio (the `kernel` rows: flash-attn's layout)."""
+    def tf(impl, d, causal, s):
+        r = next((r for r in rows if (r["impl"], r["head_dim"], r.get("causal", True), r["seq"]) == (impl, d, causal, s)
+                  and r["status"] == "ok"), None)
+        return r["tflops"] if r else None
+
+    def ratio(d, causal, s, base="sdpa"):
+        k, b = tf("kernel", d, causal, s), tf(base, d, causal, s)
+        return k / b if k and b else None
+
+    cells = sorted({(r["head_dim"], r.get("causal", True), r["seq"]) for r in rows})
+    out = ["## Issue 17's targets", "", "| target | cells | worst | met |", "| --- | --- | ---: | --- |"]
+
+    def line(target, found):
+        found = [(label, x) for label, x in found if x is not None]
+        if not found:
+            return
+        label, worst = min(found, key=lambda f: f[1][0])
+        ok = all(x[0] >= x[1] for _, x in found)
+        misses = ", ".join(f"{lb} {x[0]:.2f}" for lb, x in found if x[0] < x[1])
+        out.append(f"| {target} | {len(found)} | {worst[0]:.2f} ({label}) | {'yes' if ok else 'no: ' + misses} |")
+
+    name = {True: "causal", False: "full"}
+    line("≥ 1.0× SDPA auto, D 64/128, causal and not, S 2k–16k",
+         [(f"D{d} {name[c]} {s}", (ratio(d, c, s), 1.0) if ratio(d, c, s) else None)
+          for d, c, s in cells if d in (64, 128) and s in (2048, 4096, 8192, 16384)])
+    line("≥ 0.9× SDPA auto at S = 1k",
+         [(f"D{d} {name[c]}", (ratio(d, c, s), 0.9) if ratio(d, c, s) else None) for d, c, s in cells if s == 1024])
+    ragged = []
+    for d, c, s in cells:
+        n = -(-s // 128) * 128
+        if s % 128 and tf("kernel", d, c, s) and tf("kernel", d, c, n):
+            ragged.append((f"D{d} {name[c]} {s}/{n}", (tf("kernel", d, c, s) / tf("kernel", d, c, n), 0.95)))
+    line("ragged ≥ 0.95× its aligned neighbour (kernel TF/s)", ragged)
+    line("D 80/96/256 ≥ SDPA flash, S ≥ 2k",
+         [(f"D{d} {s}", (ratio(d, c, s, "sdpa-flash"), 1.0) if ratio(d, c, s, "sdpa-flash") else None)
+          for d, c, s in cells if d in (80, 96, 256) and s >= 2048])
+    line("D 80/96/256 within 10 % of SDPA auto, S ≥ 2k",
+         [(f"D{d} {s}", (ratio(d, c, s), 0.9) if ratio(d, c, s) else None)
+          for d, c, s in cells if d in (80, 96, 256) and s >= 2048])
+    return out + ["", "Ratios are of medians in one run on a shared GPU: a few percent either way is its spread.", ""]
 
 
 if __name__ == "__main__":

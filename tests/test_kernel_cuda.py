@@ -51,7 +51,16 @@ PATHS = {"default": None, "ptr": dict(block_m=128, block_n=64, num_warps=8, num_
          "gluon-ws": dict(block_m=128, block_n=64, num_warps=4, num_stages=3, gluon=True, warp_specialize=True),
          "gluon-ws-128": dict(block_m=128, block_n=128, num_warps=4, num_stages=2, gluon=True, warp_specialize=True),
          "gluon-wsp": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True,
-                           persistent=True)}
+                           persistent=True),
+         "gluon-ws-varlen": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True,
+                                 varlen=True)}
+
+
+def refused_for_its_shape(cfg, sq: int, sk: int, causal: bool) -> bool:
+    """The shape rules a Gluon config is refused by (anything else refused would be a bug)."""
+    if cfg.varlen:
+        return sk < cfg.block_n
+    return bool(sq % cfg.block_m or sk % cfg.block_n or (causal and sq > sk))
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
@@ -70,7 +79,7 @@ def test_matches_oracle_within_twice_eager(mod, case, path):
     if cfg is not None and cfg.gluon and (why := mod.gluon_unsupported(q, k, causal, cfg)):
         with pytest.raises(ValueError, match="Gluon program"):  # refused with the reason, never run wrong
             mod.attention(q, k, v, inputs.scale, causal, config=cfg)
-        assert sq % cfg.block_m or sk % cfg.block_n or (causal and sq > sk), why
+        assert refused_for_its_shape(cfg, sq, sk, causal), why
         return
     out = mod.attention(q, k, v, inputs.scale, causal, config=cfg).transpose(1, 2)
     err, base = rel_err(out, ref), rel_err(eager, ref)
@@ -79,7 +88,7 @@ def test_matches_oracle_within_twice_eager(mod, case, path):
         assert (out[:, :, : sq - sk] == 0).all()
 
 
-@pytest.mark.parametrize("path", ["default", "gluon", "gluon-ws", "gluon-ws-128", "gluon-wsp"])
+@pytest.mark.parametrize("path", ["default", "gluon", "gluon-ws", "gluon-ws-128", "gluon-wsp", "gluon-ws-varlen"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:6])) + f"-{c[6]}-{'causal' if c[7] else 'full'}")
 def test_views_of_the_heads_major_layout_match_oracle(mod, case, path):
     """`[B, S, H, D]` views of PyTorch's `[B, H, S, D]` tensors, as the `kernel` variant hands them over (no copy):
@@ -98,7 +107,7 @@ def test_views_of_the_heads_major_layout_match_oracle(mod, case, path):
     if cfg is not None and cfg.gluon and (why := mod.gluon_unsupported(q, k, causal, cfg)):
         with pytest.raises(ValueError, match="Gluon program"):
             mod.attention(q, k, v, inputs.scale, causal, config=cfg)
-        assert cfg.persistent or sq % cfg.block_m or sk % cfg.block_n or (causal and sq > sk), why
+        assert cfg.persistent or refused_for_its_shape(cfg, sq, sk, causal), why
         return
     out = mod.attention(q, k, v, inputs.scale, causal, config=cfg)
     assert out.transpose(1, 2).is_contiguous() or sq == 1  # q's layout
@@ -155,8 +164,36 @@ def test_default_dispatch_takes_the_gluon_program_where_it_runs(mod):
         pytest.skip("the Gluon program is sm_90 only")
     q = torch.empty(1, 2048, 8, 128, device="cuda", dtype=torch.bfloat16)
     assert mod.choose_config(q, q, True).label() == "128x128 w4 s3 tma ws gluon"
+    assert mod.choose_config(q, q, False).label() == "128x128 w4 s3 tma ws gluon"  # not causal too (TUNING step 11)
     ragged = q[:, :1000].contiguous()
-    assert not mod.choose_config(ragged, ragged, True).gluon  # Sk not a multiple of 128: the Triton program
+    assert mod.choose_config(ragged, ragged, True).label() == "128x128 w4 s3 tma ws gluon varlen"
+    short = q[:, :100].contiguous()  # fewer keys than one tile: the Triton program
+    assert not mod.choose_config(short, short, True).gluon
     short64 = torch.empty(1, 2048, 8, 64, device="cuda", dtype=torch.bfloat16)
     assert not mod.choose_config(short64, short64, True).gluon  # head dim 64 below 8k keys: Triton measured faster
-    assert not mod.choose_config(q, q, False).gluon  # non-causal: not yet run on a GPU through the Gluon programs
+    assert mod.choose_config(short64, short64, False).label() == "64x128 w4 s2 tma gluon"
+    assert not mod.choose_config(short64[:, :1000], short64[:, :1000], False).gluon  # ragged, not causal: Triton
+
+
+@pytest.mark.parametrize("layout", ["rows", "heads"])
+def test_ragged_gluon_path_keeps_the_next_sequence_out(mod, layout):
+    """The varlen form on a dense call: a tile's last key block would cross into the next batch (rows) or head
+    (heads); it is shifted back inside the sequence, so inf/NaN there never reach this one (0 * inf)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon program is sm_90 only")
+    w = Workload(batch=2, heads=4, seq=1000, head_dim=128, dtype="bf16", causal=False, device="cuda")
+    inputs = w.make_inputs(seed=4)
+    q, k, v = (t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v))
+    if layout == "rows":
+        q, k, v = (t.contiguous() for t in (q, k, v))
+        k[1, :64], v[1, :64] = float("nan"), float("inf")  # batch 1's first keys
+    else:
+        k[0, :64, 1], v[0, :64, 1] = float("nan"), float("inf")  # head 1's first keys: the rows after head 0's
+    for causal in (False, True):
+        first = Inputs(inputs.q[:1, :1], inputs.k[:1, :1], inputs.v[:1, :1], causal=causal, scale=inputs.scale)
+        ref = reference_attention(first)
+        cfg = mod.choose_config(q, k, causal)
+        assert cfg.label().endswith("varlen"), cfg.label()
+        out = mod.attention(q, k, v, inputs.scale, causal).transpose(1, 2)[:1, :1]
+        assert out.isfinite().all()
+        assert rel_err(out, ref) <= 2 * rel_err(naive_attention(first).double(), ref)

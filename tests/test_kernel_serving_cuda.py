@@ -39,7 +39,7 @@ VARLEN = [  # (query lengths, key lengths, Hq, Hkv, D, dtype, causal, strided)
 GLUON = dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
 
 
-@pytest.mark.parametrize("program", ["default", "gluon"])
+@pytest.mark.parametrize("program", ["default", "gluon", "triton"])
 @pytest.mark.parametrize("case", VARLEN, ids=lambda c: f"{len(c[0])}seq-d{c[4]}-{c[5]}-{'causal' if c[6] else 'full'}"
                          + ("-strided" if c[7] else ""))
 def test_varlen_matches_oracle(mod, case, program):
@@ -50,8 +50,8 @@ def test_varlen_matches_oracle(mod, case, program):
     v = torch.randn(k.shape, generator=gen).to(k)
     if strided:  # [total, H, D] views of [H, total, D] storage, as transformers passes them
         q, k, v = (t.transpose(0, 1).contiguous().transpose(0, 1) for t in (q, k, v))
-    cfg = mod.Config(**GLUON) if program == "gluon" else None
-    if cfg is not None and (why := mod.gluon_varlen_unsupported(q, k, v, cfg)):
+    cfg = {"gluon": mod.Config(**GLUON), "triton": mod.default_config(d, q.device), "default": None}[program]
+    if cfg is not None and cfg.gluon and (why := mod.gluon_varlen_unsupported(q, k, v, cfg)):
         with pytest.raises(ValueError, match="Gluon program"):  # refused with the reason, never run wrong
             mod.varlen_attention(q, k, v, cu_q, cu_k, max(lq), None, causal, config=cfg)
         assert strided or torch.cuda.get_device_capability() != (9, 0), why

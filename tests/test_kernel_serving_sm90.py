@@ -118,7 +118,10 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma):
     assert kernel.metadata.shared <= SMEM_PER_SM
 
 
-def test_varlen_gluon_program_keeps_the_schedule(tmp_path):
+@pytest.mark.parametrize("dense,heads_in_rows", [(False, False), (True, False), (True, True)],
+                         ids=["packed", "dense-rows", "dense-heads"])
+def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows):
+    """The packed program, and its dense form (`flash_attn_func` with ragged lengths, both TMA layouts)."""
     gluon = pytest.importorskip("triton.experimental.gluon")  # noqa: F841
     import sys
     import types
@@ -138,9 +141,13 @@ def test_varlen_gluon_program_keeps_the_schedule(tmp_path):
     sig = {n: "i32" for n in names}
     sig.update(desc_q=desc(64), desc_k=desc(128), desc_v=desc(128), O="*bf16", qk_scale="fp32", CuSeqQ="*i32",
                CuSeqK="*i32")
-    const = dict(HEAD_DIM=128, BLOCK_M=128, BLOCK_N=128, STAGES=3, CAUSAL=True, num_warps=4)
+    const = dict(HEAD_DIM=128, BLOCK_M=128, BLOCK_N=128, STAGES=3, CAUSAL=True, num_warps=4, DENSE=dense,
+                 HEADS_IN_ROWS=heads_in_rows)
+    if dense:
+        const.update(CuSeqQ=None, CuSeqK=None)  # not read: every sequence has SQ queries and SK keys
     sig.update({k: "constexpr" for k in const})
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "stride_os", "CuSeqQ", "CuSeqK")}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "stride_os", "CuSeqQ", "CuSeqK")
+             if n not in const}
     kernel = triton.compile(GluonASTSource(fn, sig, {(names.index(k),): v for k, v in const.items()}, attrs),
                             target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
     cubin = tmp_path / "k.cubin"

@@ -7,9 +7,9 @@ tile), reading its sequence's offsets and lengths on the device, so nothing is r
 call can be captured in a CUDA graph as long as `max_seqlen_q` (the grid) stays the same. Query and key lengths
 may differ per sequence (the causal diagonal is bottom-right in each), and may be 0 or 1.
 
-`config=Config(128, 128, 4, 3, gluon=True, warp_specialize=True)` runs the warp-specialized Gluon program over the
-packed sequences instead (`_gluon_varlen.py`, sm_90, contiguous tensors); not the default until it has run on a
-GPU (TUNING.md step 8).
+On sm_90, contiguous tensors with head dim 128 (and 64 when causal) take the warp-specialized Gluon program over the
+packed sequences instead (`_gluon_varlen.py`; 0.99x the dense Gluon program per sequence, TUNING.md step 8, against
+0.81x for the Triton one); `config=` forces either.
 
 Strided inputs are taken as they are (transformers passes `[total, H, D]` views of `[1, H, S, D]` tensors): the
 program reads through the token and head strides; only the head dim must be contiguous. TMA loads are used when
@@ -25,7 +25,7 @@ import math
 import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
-from ._config import GLUON_HEAD_DIMS, INTERPRETED, Config, block_d, default_config
+from ._config import GLUON_HEAD_DIMS, INTERPRETED, Config, block_d, default_config, gluon_preferred
 from ._kernel import attention_fwd
 from ._splits import cdiv
 
@@ -56,7 +56,7 @@ def _tma_ok(cfg: Config, *ts: torch.Tensor) -> bool:
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, softmax_scale: float | None = None,
                      causal: bool = False, *, config: Config | None = None) -> torch.Tensor:
-    """The launch behind `flash_attn_varlen_func`, with an optional explicit `config` (Triton program only).
+    """The launch behind `flash_attn_varlen_func`, with an optional explicit `config` (either program).
     q `[total_q, Hq, D]`, k/v `[total_k, Hkv, D]` -> out `[total_q, Hq, D]`."""
     if problem := varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k):
         raise ValueError(f"flash-triton flash_attn_varlen_func: {problem}")
@@ -72,7 +72,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if out.numel() == 0 or batch == 0 or max_seqlen_q == 0:
         return out
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
-    cfg = config or default_config(d, q.device)
+    cfg = config or _default_varlen_config(q, k, v, bool(causal))
     if cfg.gluon:
         _launch_gluon_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, scale, bool(causal), cfg)
         return out
@@ -104,9 +104,18 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     return out
 
 
+def _default_varlen_config(q, k, v, causal: bool) -> Config:
+    """The varlen Gluon program where it takes the tensors and was measured faster (`gluon_preferred` with unknown,
+    so possibly ragged, lengths: head dim 128, and 64 when causal; TUNING.md steps 8 and 11), else the Triton one."""
+    cfg = gluon_preferred(q.shape[-1], causal, 0, aligned=False)
+    if cfg is not None and gluon_varlen_unsupported(q, k, v, cfg) is None:
+        return cfg
+    return default_config(q.shape[-1], q.device)
+
+
 def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
     """None when the warp-specialized Gluon program over packed sequences (`_gluon_varlen.py`) can run these
-    (already checked) tensors with `cfg`, else why not. Not chosen by default: opt in with `config=`."""
+    (already checked) tensors with `cfg`, else why not."""
     if q.device.type != "cuda" or INTERPRETED:
         return "the Gluon program needs a CUDA GPU (Gluon has no interpreter)"
     if torch.cuda.get_device_capability(q.device) != (9, 0):
@@ -121,23 +130,16 @@ def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
 
 
 def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, causal: bool, cfg: Config) -> None:
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
+    from ._gluon import tma_desc
     from ._gluon_varlen import attention_fwd_sm90_ws_varlen
 
     d = q.shape[-1]
-    element = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-
-    def desc(t: torch.Tensor, block: int) -> TensorDescriptor:  # the 2-D view [total, H*D], tiles [block, D]
-        layout = gl.NVMMASharedLayout.get_default_for([block, d], element)
-        return TensorDescriptor(t, [t.shape[0], t.shape[1] * d], [t.shape[1] * d, 1], [block, d], layout)
-
     hq, hkv = q.shape[1], k.shape[1]
     grid = (cdiv(max_seqlen_q, cfg.block_m), (cu_q.shape[0] - 1) * hq)
-    attention_fwd_sm90_ws_varlen[grid](
-        desc(q, cfg.block_m // 2), desc(k, cfg.block_n), desc(v, cfg.block_n), out, out.stride(0),
-        scale * math.log2(math.e), hq, hq // hkv, cu_q, cu_k,
+    attention_fwd_sm90_ws_varlen[grid](  # the 2-D views [total, H*D]
+        tma_desc(q[None], cfg.block_m // 2, False), tma_desc(k[None], cfg.block_n, False),
+        tma_desc(v[None], cfg.block_n, False), out, out.stride(0),
+        scale * math.log2(math.e), hq, hq // hkv, cu_q, cu_k, 0, 0,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
         num_warps=cfg.num_warps,
     )

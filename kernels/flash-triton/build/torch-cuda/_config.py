@@ -37,12 +37,14 @@ class Config:
     gluon: bool = False  # the hand-scheduled sm_90 program in `_gluon.py` (block_m = 16 * num_warps, TMA always);
     # with warp_specialize: its two-consumer-warpgroup form (block_m 128, num_warps 4, plus a TMA producer warp)
     persistent: bool = False  # that form with one CTA per SM walking the tiles (the producer runs into the next tile)
+    varlen: bool = False  # a dense call through that form's varlen program (`_gluon_varlen.py`): any lengths, the
+    # sequence ends masked (the dense Gluon programs need lengths that are multiples of the tile)
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
                 + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else "") + (" px" if self.poly_exp else "")
                 + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else "")
-                + (" persistent" if self.persistent else ""))
+                + (" persistent" if self.persistent else "") + (" varlen" if self.varlen else ""))
 
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+. 80 and 96 run padded to
@@ -55,6 +57,31 @@ _TUNED = {
     128: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
     256: Config(block_m=128, block_n=64, num_warps=8, num_stages=2, use_tma=True),
 }
+
+
+# The warp-specialized Gluon program (TUNING.md step 6): a 128-row tile, two consumer warpgroups, a TMA producer warp.
+GLUON_WS = Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
+GLUON_WS_VARLEN = dataclasses.replace(GLUON_WS, varlen=True)
+GLUON_64_FULL = Config(block_m=64, block_n=128, num_warps=4, num_stages=2, gluon=True)  # one warpgroup, 64x128 tiles
+
+
+def gluon_preferred(head_dim: int, causal: bool, sk: int, aligned: bool) -> Config | None:
+    """The Gluon program measured faster than the Triton one for this head dim, mask and key length on the H200, or
+    None (the Triton program). `aligned`: the lengths are multiples of the tile, so the dense Gluon programs take
+    them; otherwise the varlen form masks the ends. From TUNING.md steps 6 and 11 (× SDPA auto, the Triton program
+    in parentheses): head dim 128, causal 0.90-1.08 (0.80-0.89), not causal 0.88-1.00 (0.70-0.78), ragged 0.95-0.97
+    (0.86-0.88); head dim 64: causal only from 8k keys (1.01-1.04 against 0.96-0.98; below it the Triton program
+    wins, 0.87-0.94 against 0.79-0.90), ragged causal 0.90 (0.79), not causal the one-warpgroup Gluon program
+    0.92-0.98 (0.91-0.94); ragged not causal stays on the Triton program (1.07 against 1.01)."""
+    if head_dim == 128:
+        return GLUON_WS if aligned else GLUON_WS_VARLEN
+    if head_dim == 64 and causal:
+        if not aligned:
+            return GLUON_WS_VARLEN
+        return GLUON_WS if sk >= 8192 else None
+    if head_dim == 64 and aligned:
+        return GLUON_64_FULL
+    return None
 
 
 def block_d(head_dim: int) -> int:

@@ -29,8 +29,16 @@ import torch
 import triton
 
 from ._checks import head_dim_problem, refuse_unsupported
-from ._config import (GLUON_HEAD_DIMS, INTERPRETED, SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, Config, block_d,
-                      default_config)
+from ._config import (
+    GLUON_HEAD_DIMS,
+    INTERPRETED,
+    SUPPORTED_DTYPES,
+    SUPPORTED_HEAD_DIMS,
+    Config,
+    block_d,
+    default_config,
+    gluon_preferred,
+)
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
 from ._splits import DecodeConfig, cdiv
@@ -45,24 +53,18 @@ __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache
 _DECODE_ROWS = 64  # Sq x G rows up to which flash_attn_func takes the decode program (one decode M tile)
 
 
-# The warp-specialized Gluon program where it runs (sm_90, aligned lengths) and measured faster than the Triton
-# program (TUNING.md step 6): head dim 128 at every length; head dim 64 only for long keys (it loses at 1k-4k).
-_GLUON = Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
-_GLUON_MIN_SK = {64: 8192, 128: 0}
-
-
 def choose_config(q: torch.Tensor, k: torch.Tensor, causal: bool) -> Config | DecodeConfig:
     """The config `flash_attn_func` launches for these inputs: the decode program when a GQA group's query rows fit
-    one decode tile, the Gluon program when it takes them and is the faster one at this head dim and length, else
-    the tuned Triton program (`default_config`)."""
+    one decode tile, a Gluon program when one takes them and was measured faster at this head dim, mask and length
+    (`gluon_preferred`), else the tuned Triton program (`default_config`)."""
     d = q.shape[-1]
-    if q.shape[1] * (q.shape[2] // max(k.shape[2], 1)) <= _DECODE_ROWS:
+    sq, sk = q.shape[1], k.shape[1]
+    if sq * (q.shape[2] // max(k.shape[2], 1)) <= _DECODE_ROWS:
         return DecodeConfig()
-    # causal only: every H200 run of the Gluon programs so far was causal (their non-causal path compiles and is
-    # in tests/test_kernel_cuda.py, but has not been run on a GPU yet), so non-causal stays on the Triton program
-    if (causal and d in _GLUON_MIN_SK and k.shape[1] >= _GLUON_MIN_SK[d]
-            and gluon_unsupported(q, k, causal, _GLUON) is None):
-        return _GLUON
+    aligned = sq % 128 == 0 and sk % 128 == 0 and not (causal and sq > sk)
+    cfg = gluon_preferred(d, causal, sk, aligned)
+    if cfg is not None and gluon_unsupported(q, k, causal, cfg) is None:
+        return cfg
     return default_config(d, q.device)
 
 
@@ -86,13 +88,20 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
         import triton.experimental.gluon  # noqa: F401
     except ImportError:
         return f"Triton {triton.__version__} has no Gluon"
-    if cfg.persistent and not cfg.warp_specialize:
-        return "persistent needs the warp-specialized Gluon program (warp_specialize=True)"
+    if (cfg.persistent or cfg.varlen) and not cfg.warp_specialize:
+        return "persistent and varlen need the warp-specialized Gluon program (warp_specialize=True)"
+    if cfg.persistent and cfg.varlen:
+        return "the varlen Gluon program is not persistent"
     if cfg.warp_specialize and (cfg.block_m, cfg.num_warps) != (128, 4):
         return (f"the warp-specialized Gluon program takes block_m 128 with num_warps 4 (two consumer warpgroups of "
                 f"64 rows and a producer warp), got {cfg.block_m} with {cfg.num_warps} warps")
     if not cfg.warp_specialize and cfg.block_m != 16 * cfg.num_warps:
         return f"block_m must be 16 x num_warps (one warpgroup per 64 rows), got {cfg.block_m} with {cfg.num_warps} warps"
+    if cfg.varlen:  # any lengths: the varlen program masks the sequence ends and zeroes rows that see no key
+        if k.shape[1] < cfg.block_n:  # its last key block is shifted back inside the sequence: needs a whole one
+            return (f"the varlen Gluon program needs Sk >= {cfg.block_n} in a dense call (got {k.shape[1]}): a shorter "
+                    "key block would read the next sequence's rows")
+        return None
     sq, sk = q.shape[1], k.shape[1]
     if sq % cfg.block_m or sk % cfg.block_n:
         return (f"the Gluon program needs Sq a multiple of {cfg.block_m} and Sk of {cfg.block_n} "
@@ -236,28 +245,27 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
 
 def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float, causal: bool,
                   cfg: Config, heads_in_rows: bool) -> None:
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    from ._gluon import attention_fwd_sm90, attention_fwd_sm90_ws, attention_fwd_sm90_wsp
+    from ._gluon import attention_fwd_sm90, attention_fwd_sm90_ws, attention_fwd_sm90_wsp, tma_desc
+    from ._gluon_varlen import attention_fwd_sm90_ws_varlen
 
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
-    element = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-
-    def desc(t: torch.Tensor, block: int) -> TensorDescriptor:  # 2-D [B*S, H*D] or [B*H*S, D], tiles [block, D]
-        layout = gl.NVMMASharedLayout.get_default_for([block, d], element)
-        if heads_in_rows:
-            return TensorDescriptor(t, [t.shape[0] * t.shape[2] * t.shape[1], d], [d, 1], [block, d], layout)
-        rows, heads = t.shape[0] * t.shape[1], t.shape[2]
-        return TensorDescriptor(t, [rows, heads * d], [heads * d, 1], [block, d], layout)
-
     scale2 = scale * math.log2(math.e)
+    if cfg.varlen:  # every sequence Sq queries and Sk keys, any lengths: the ends masked, O stored row by row
+        attention_fwd_sm90_ws_varlen[(cdiv(sq, cfg.block_m), b * hq)](
+            tma_desc(q, cfg.block_m // 2, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
+            tma_desc(v, cfg.block_n, heads_in_rows), out, d if heads_in_rows else hq * d, scale2,
+            hq, hq // hkv, None, None, sq, sk,
+            HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
+            num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows,
+        )
+        return
     if cfg.persistent:
         tiles = sq // cfg.block_m * b * hq
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         attention_fwd_sm90_wsp[(min(tiles, sms),)](
-            desc(q, cfg.block_m // 2), desc(k, cfg.block_n), desc(v, cfg.block_n), out, hq * d, scale2,
+            tma_desc(q, cfg.block_m // 2, False), tma_desc(k, cfg.block_n, False),
+            tma_desc(v, cfg.block_n, False), out, hq * d, scale2,
             hq, hq // hkv, sq, sk, tiles,
             HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
             num_warps=cfg.num_warps,
@@ -267,7 +275,8 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     q_rows = cfg.block_m // 2 if cfg.warp_specialize else cfg.block_m  # each consumer warpgroup loads its half
     grid = (sq // cfg.block_m, b * hq)
     program[grid](
-        desc(q, q_rows), desc(k, cfg.block_n), desc(v, cfg.block_n), desc(out, q_rows),
+        tma_desc(q, q_rows, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
+        tma_desc(v, cfg.block_n, heads_in_rows), tma_desc(out, q_rows, heads_in_rows),
         scale2, hq, hq // hkv, sq, sk,
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
         num_warps=cfg.num_warps, HEADS_IN_ROWS=heads_in_rows,

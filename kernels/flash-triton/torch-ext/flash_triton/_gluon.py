@@ -20,6 +20,9 @@ crosses into the next batch of the `[B*S, H*D]` TMA view). Everything else takes
 
 from __future__ import annotations
 
+import functools
+
+import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -29,11 +32,29 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # Triton 3.6 (the H200's) names the TMA copies async_copy_*; later releases renamed them async_load / async_store.
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier  # bar.sync of the whole CTA (renamed likewise)
+
+
+@functools.lru_cache(maxsize=None)
+def _smem_layout(block: int, d: int, bf16: bool):
+    """The shared-memory layout of a `[block, d]` TMA tile (computed once per shape: it is on every launch's host path)."""
+    return gl.NVMMASharedLayout.get_default_for([block, d], gl.bfloat16 if bf16 else gl.float16)
+
+
+def tma_desc(t: torch.Tensor, block: int, heads_in_rows: bool):
+    """A Gluon TMA descriptor of a `[B, S, H, D]` tensor as the 2-D view `[B*S, H*D]` or, for a view of a contiguous
+    `[B, H, S, D]` tensor, `[B*H*S, D]`; tiles `[block, D]`. Packed `[total, H, D]` tensors pass as `[1, total, H, D]`."""
+    d = t.shape[-1]
+    layout = _smem_layout(block, d, t.dtype == torch.bfloat16)
+    if heads_in_rows:
+        return TensorDescriptor(t, [t.shape[0] * t.shape[2] * t.shape[1], d], [d, 1], [block, d], layout)
+    rows, heads = t.shape[0] * t.shape[1], t.shape[2]
+    return TensorDescriptor(t, [rows, heads * d], [heads * d, 1], [block, d], layout)
 
 
 @gluon.jit
@@ -193,16 +214,24 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
 # -----------------------------------------------------------------------------------------------------------------
 @gluon.jit
 def _ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
-                 q_row, kv_row, q_col, kv_col, n_blocks,
+                 q_row, kv_row, q_col, kv_col, n_blocks, kv_end,
                  HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """TMA loads of the Q tile and the key blocks. `kv_end`: the row past the sequence's last key. A block that would
+    cross it is loaded from `kv_end - BLOCK_N` instead (when the sequence has that many keys), so it never reads the
+    next sequence's rows (whose inf/NaN would reach P·V as 0·inf); the consumers mask the rows already seen."""
     mbarrier.expect(q_bar, 2 * desc_q.block_type.nbytes)
     _tma_load(desc_q, [q_row, q_col], q_bar, q_smem.index(0))
     _tma_load(desc_q, [q_row + HALF_M, q_col], q_bar, q_smem.index(1))
+    last_start = gl.maximum(kv_end - BLOCK_N, kv_row)  # the last block's row, kept inside the sequence
     for j in range(n_blocks):
         slot = j % STAGES
         if j >= STAGES:  # both consumers are done with the block that used this stage last
             mbarrier.wait(kv_empty.index(slot), ((j // STAGES) - 1) & 1)
-        _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, j, kv_row, kv_col, True, BLOCK_N)
+        start = gl.minimum(kv_row + j * BLOCK_N, last_start)
+        mbarrier.expect(k_bar.index(slot), desc_k.block_type.nbytes)
+        _tma_load(desc_k, [start, kv_col], k_bar.index(slot), k_smem.index(slot))
+        mbarrier.expect(v_bar.index(slot), desc_v.block_type.nbytes)
+        _tma_load(desc_v, [start, kv_col], v_bar.index(slot), v_smem.index(slot))
 
 
 @gluon.jit
@@ -301,7 +330,7 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
                         q_row + HALF_M, q_col, m0 + HALF_M, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
                         CAUSAL)),
         (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
-                        q_row, kv_row, q_col, kv_col, n_blocks, HALF_M, BLOCK_N, STAGES)),
+                        q_row, kv_row, q_col, kv_col, n_blocks, kv_row + SK, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 

@@ -7,13 +7,14 @@ at head dim 128 (TUNING.md step 6), so a packed prefill would lose to the same s
     views `[total, H*D]`; a tile past its sequence's end returns before allocating anything;
   - a tile may cross the end of its sequence (any lengths): its extra query rows are computed and never stored
     (the output is stored through a row-masked pointer store, not TMA, which would write the next sequence's
-    rows); its extra keys are masked — by the causal diagonal (keys past Sk lie above it for every stored row)
-    or, non-causal, by an explicit bound on the block that crosses Sk;
+    rows); its last key block is shifted back inside the sequence (below);
   - rows that see no key (Sq > Sk, or Sk = 0) keep m = -inf and l = 0: the softmax subtracts 0 instead of -inf
     and the output divides by 1, so they come out as zeros, not NaN.
-Values of the next sequence's first keys enter the last block's P·V with probability exactly 0; they are finite
-in any real cache (an inf or NaN there would give 0·inf = NaN, which the Triton program guards against by
-zeroing those rows and this one does not).
+A key block that would cross the end of its sequence is loaded from Sk - BLOCK_N instead (the keys it shares with
+the block before are masked), so no other sequence's keys or values enter: an inf or NaN there cannot reach this
+sequence as 0·inf. Only a sequence with fewer than BLOCK_N keys reads past its end (the next sequence's first
+rows, with probability exactly 0): finite values leave it exact, an inf or NaN would give NaN.
+`flash_attn_func` therefore sends dense calls here only with Sk >= BLOCK_N.
 """
 
 from __future__ import annotations
@@ -31,14 +32,17 @@ from ._gluon import _ws_producer
 
 @gluon.jit
 def _masked_scores(s, j, full, offs_m, offs_n, diag, sk, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Block j's scores: the causal diagonal on blocks past `full`; without it, the bound Sk on the block crossing it."""
-    cols = j * BLOCK_N + offs_n
+    """Block j's scores: the causal diagonal on blocks past `full`; without it, the bound Sk on the block crossing it.
+    A block crossing Sk was loaded from key Sk - BLOCK_N (`_ws_producer`, when Sk >= BLOCK_N): its keys below
+    j * BLOCK_N were seen by block j - 1 and are masked here."""
+    lo = j * BLOCK_N
+    cols = gl.minimum(lo, gl.maximum(sk - BLOCK_N, 0)) + offs_n
     if CAUSAL:
-        if j * BLOCK_N >= full:
-            s = gl.where(cols[None, :] <= offs_m[:, None] + diag, s, float("-inf"))
+        if lo >= full:  # keys past Sk lie above the diagonal of every stored row
+            s = gl.where((cols[None, :] <= offs_m[:, None] + diag) & (cols[None, :] >= lo), s, float("-inf"))
     else:
-        if j * BLOCK_N + BLOCK_N > sk:
-            s = gl.where(cols[None, :] < sk, s, float("-inf"))
+        if lo + BLOCK_N > sk:
+            s = gl.where((cols[None, :] < sk) & (cols[None, :] >= lo), s, float("-inf"))
     return s
 
 
@@ -116,11 +120,17 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
 
 
 @gluon.jit
-def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, CuSeqQ, CuSeqK,
+def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, CuSeqQ, CuSeqK, SQ, SK,
                                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+                                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
+                                 DENSE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False):
     """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
-    desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous."""
+    desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
+
+    `DENSE`: every sequence has SQ queries and SK keys (a `flash_attn_func` call whose lengths are not multiples of
+    the tile: the dense Gluon program's TMA store would cross a sequence end); CuSeqQ/CuSeqK are not read. The views
+    are then `[B*S, H*D]` or, with `HEADS_IN_ROWS`, `[B*H*S, D]` (`[B, S, H, D]` views of contiguous `[B, H, S, D]`
+    tensors, a head's rows consecutive; O likewise, stride_os = D)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = desc_q.dtype
     if CAUSAL:
@@ -130,10 +140,26 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
     off_bh = gl.program_id(1)
     b = off_bh // H
     h = off_bh % H
-    q_start = gl.load(CuSeqQ + b)
-    sq = gl.load(CuSeqQ + b + 1) - q_start
-    k_start = gl.load(CuSeqK + b)
-    sk = gl.load(CuSeqK + b + 1) - k_start
+    if DENSE:
+        sq = SQ
+        sk = SK
+        if HEADS_IN_ROWS:
+            q_start = off_bh * SQ
+            k_start = (b * (H // GROUPS) + h // GROUPS) * SK
+            q_col = 0
+            kv_col = 0
+        else:
+            q_start = b * SQ
+            k_start = b * SK
+            q_col = h * HEAD_DIM
+            kv_col = (h // GROUPS) * HEAD_DIM
+    else:
+        q_start = gl.load(CuSeqQ + b)
+        sq = gl.load(CuSeqQ + b + 1) - q_start
+        k_start = gl.load(CuSeqK + b)
+        sk = gl.load(CuSeqK + b + 1) - k_start
+        q_col = h * HEAD_DIM
+        kv_col = (h // GROUPS) * HEAD_DIM
     m0 = start_m * BLOCK_M
     if m0 < sq:
         if CAUSAL:
@@ -154,8 +180,6 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
             mbarrier.init(k_bar.index(i), count=1)
             mbarrier.init(v_bar.index(i), count=1)
             mbarrier.init(kv_empty.index(i), count=2)
-        q_col = h * HEAD_DIM
-        kv_col = (h // GROUPS) * HEAD_DIM
         gl.warp_specialize([
             (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
                                 qk_scale, q_start, q_col, m0, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
@@ -164,5 +188,5 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                 qk_scale, q_start, q_col, m0 + HALF_M, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N,
                                 STAGES, CAUSAL)),
             (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
-                            q_start + m0, k_start, q_col, kv_col, n_blocks, HALF_M, BLOCK_N, STAGES)),
+                            q_start + m0, k_start, q_col, kv_col, n_blocks, k_start + sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])
