@@ -197,3 +197,14 @@ def test_ragged_gluon_path_keeps_the_next_sequence_out(mod, layout):
         out = mod.attention(q, k, v, inputs.scale, causal).transpose(1, 2)[:1, :1]
         assert out.isfinite().all()
         assert rel_err(out, ref) <= 2 * rel_err(naive_attention(first).double(), ref)
+
+
+def test_timing_replays_a_captured_call(mod):
+    """kernel_bench times CUDA-graph replays (GPU time, not the launch's host cost): our kernel, every program of
+    it the default picks at these shapes, must be capturable (no host sync, no allocation outside the graph pool)."""
+    from attnprof.bench.timing import time_call
+
+    for s, d, causal in ((1024, 128, True), (1000, 128, False), (1024, 64, True)):
+        q, k, v = (torch.randn(2, s, 8, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        t = time_call(lambda: mod.flash_attn_func(q, k, v, causal=causal), "cuda", warmup=2, reps=3, cuda_graph=True)
+        assert t.method == "cuda-graph", (mod.choose_config(q, k, causal).label(), t.method)

@@ -222,6 +222,26 @@ def _child() -> dict:
     except ValueError as e:
         refused = str(e)
     results["gluon_on_cpu"] = {"chosen": mod.choose_config(q, k, False).label(), "refused": refused}
+    # the plan of a call signature is remembered: a repeat reuses it; a view 2 bytes off TMA's 16-byte alignment is
+    # another signature, and gets pointer loads
+    w = Workload(batch=1, heads=2, seq=40, head_dim=64, dtype="fp16", causal=True)
+    inputs = w.make_inputs(seed=11)
+    ref = reference_attention(inputs)
+    tma = mod.Config(32, 32, 4, 2, True)
+    q, k, v = (t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))
+    before = len(mod._PLANS)
+    first = mod.attention(q, k, v, inputs.scale, True, config=tma)
+    after_first = len(mod._PLANS)
+    second = mod.attention(q, k, v, inputs.scale, True, config=tma)
+    after_second = len(mod._PLANS)
+    off = [torch.cat([t.new_zeros(1), t.flatten()])[1:].view(t.shape) for t in (q, k, v)]  # data_ptr % 16 == 2
+    shifted = mod.attention(*off, inputs.scale, True, config=tma)
+    plans = {p[1].use_tma for key, p in mod._PLANS.items() if key[-2] == tma and p[0] == "triton"}
+    results["plan_cache"] = {"new_plans": [after_first - before, after_second - after_first, len(mod._PLANS) - after_second],
+                             "repeat_equal": bool(torch.equal(first, second)), "tma_kinds": sorted(plans),
+                             "offset_ptr": off[0].data_ptr() % 16,
+                             "err": rel_err(first.transpose(1, 2), ref), "shifted_err": rel_err(shifted.transpose(1, 2), ref),
+                             "eager": eager_err(inputs, ref)}
     results["transformers"] = _child_transformers(kernel_hub, rel_err)
     return results
 
@@ -338,6 +358,14 @@ def test_gluon_program_is_never_chosen_on_the_cpu_and_refused_when_asked(interp)
     assert "needs a CUDA GPU" in r["refused"] and "ws gluon" in r["refused"], r
 
 
+def test_a_call_signature_is_planned_once_and_alignment_is_part_of_it(interp):
+    r = interp["plan_cache"]
+    assert r["new_plans"] == [1, 0, 1], r  # a repeat is not re-planned; the misaligned views are
+    assert r["repeat_equal"] and r["offset_ptr"] != 0, r
+    assert r["tma_kinds"] == [False, True], r  # the aligned call kept TMA, the misaligned one got pointer loads
+    assert r["err"] <= 2 * r["eager"] and r["shifted_err"] <= 2 * r["eager"], r
+
+
 def test_softmax_scale_is_used(interp):
     r = interp["softmax_scale"]
     assert r["err"] <= 2 * r["eager"]
@@ -377,8 +405,9 @@ def test_bad_inputs_refused_before_launch(make, words):
     mod = get_local_kernel(REPO)
     if mod.INTERPRETED:
         pytest.skip("this process runs Triton's interpreter; the refusal of CPU tensors is not reachable")
-    with pytest.raises(ValueError, match=words):
-        mod.flash_attn_func(*make())
+    for _ in range(2):  # a refusal is never remembered as a plan: the same call is refused again
+        with pytest.raises(ValueError, match=words):
+            mod.flash_attn_func(*make())
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Run from the repository root on the GPU machine:
     PYTHONPATH=src python3 kernels/flash-triton/host_cost.py [--calls 300] [--profile]
 A call's host time is measured as the wall time to enqueue `--calls` calls divided by their number, with the GPU
-kept ahead (tiny shapes: the kernels take less GPU time than their launches); `--profile` prints the top of a
+kept ahead (tiny shapes: the kernels take less GPU time than their launches), beside the kernel's GPU time (CUDA-graph
+replays, `gpu us`); `--profile` prints the top of a
 cProfile of the default path, which names where the host microseconds go. Prints a table; nothing is timed in a
 unit test.
 """
@@ -19,6 +20,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from attnprof.bench.timing import time_call
 
 REPO = Path(__file__).resolve().parent
 SHAPES = [(1, 16, 1024, 64, True), (8, 16, 1024, 64, True), (1, 32, 1024, 128, True), (1, 32, 1024, 128, False),
@@ -55,18 +58,11 @@ def main() -> int:
         def ours():
             return mod.flash_attn_func(q, k, v, causal=causal)
 
-        gpu = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ours()
-        torch.cuda.synchronize()
-        gpu[0].record()
-        for _ in range(20):
-            ours()
-        gpu[1].record()
-        torch.cuda.synchronize()
+        gpu = time_call(ours, "cuda", warmup=3, reps=20, cuda_graph=True)  # the kernel alone: graph replays
         label = mod.choose_config(q, k, causal).label()
         print(f"{b:>3} {h:>3} {s:>5} {d:>4} {'causal' if causal else 'full':<6} {label:<34} "
               f"{host_us(ours, args.calls):8.1f} {host_us(lambda: sdpa(qh, kh, vh, is_causal=causal), args.calls):8.1f} "
-              f"{gpu[0].elapsed_time(gpu[1]) / 20 * 1e3:8.1f}", flush=True)
+              f"{gpu.p50 * 1e3:8.1f}" + ("" if gpu.method == "cuda-graph" else f" ({gpu.method})"), flush=True)
         if args.profile and (b, s) == (8, 1024):
             prof = cProfile.Profile()
             prof.enable()

@@ -214,12 +214,14 @@ class _Measured:
 def run(variant: Variant, workload: Workload, inputs: Inputs | None = None, *, seed: int = 0,
         reference: Reference | None = None, gate: Gate | None = None, watch: bool = False,
         profile: Path | None = None, steps: int = 5, memory: bool = False, reps: int | None = None,
-        warmup: int = 3, l2_flush: bool = False, warm: bool = True, keep_output: bool = False) -> Run:
+        warmup: int = 3, l2_flush: bool = False, warm: bool = True, keep_output: bool = False,
+        cuda_graph: bool = False) -> Run:
     """Run `variant` on `workload` (on `inputs`, default `workload.make_inputs(seed)`) and measure what is asked.
 
     reference: compare the output with the fp64 oracle (`Run.agreement`); gate: also judge it (`lossy`);
     watch: record the SDPA dispatch of the measured call; profile: write `steps` profiled calls there as a trace;
-    memory: the extra memory of one call; reps: time that many calls after `warmup` (`l2_flush` between them);
+    memory: the extra memory of one call; reps: time that many calls after `warmup` (`l2_flush` between them;
+    `cuda_graph`: as replays of one captured call, GPU time without the launch's host cost);
     warm: make one unmeasured call first; keep_output: keep the measured call's output. See the module docstring.
     """
     support = variant.supports(workload)
@@ -228,7 +230,8 @@ def run(variant: Variant, workload: Workload, inputs: Inputs | None = None, *, s
     got = _Measured()
     tried = attempt(lambda: _measure(variant, workload, inputs, seed, got, reference=reference, gate=gate,
                                      watched=watch, profile=profile, steps=steps, memory=memory, reps=reps,
-                                     warmup=warmup, l2_flush=l2_flush, warm=warm, keep_output=keep_output),
+                                     warmup=warmup, l2_flush=l2_flush, warm=warm, keep_output=keep_output,
+                                     cuda_graph=cuda_graph),
                     device=workload.device)
     status, reason = tried.status, tried.reason
     if status is Status.OK:
@@ -240,7 +243,8 @@ def run(variant: Variant, workload: Workload, inputs: Inputs | None = None, *, s
 
 def _measure(variant: Variant, workload: Workload, inputs: Inputs | None, seed: int, got: _Measured, *,
              reference: Reference | None, gate: Gate | None, watched: bool, profile: Path | None, steps: int,
-             memory: bool, reps: int | None, warmup: int, l2_flush: bool, warm: bool, keep_output: bool) -> None:
+             memory: bool, reps: int | None, warmup: int, l2_flush: bool, warm: bool, keep_output: bool,
+             cuda_graph: bool = False) -> None:
     device = workload.device
     cuda = device.startswith("cuda")
     inputs = inputs if inputs is not None else workload.make_inputs(seed)
@@ -282,7 +286,7 @@ def _measure(variant: Variant, workload: Workload, inputs: Inputs | None, seed: 
         got.peak_mib, got.peak_note = (cpu_peak_or_reason(got.summary.peak_alloc_mib) if got.summary is not None
                                        else peak_mib(call, device))
     if reps:
-        got.timing = time_call(call, device, warmup=warmup, reps=reps, l2_flush=l2_flush)
+        got.timing = time_call(call, device, warmup=warmup, reps=reps, l2_flush=l2_flush, cuda_graph=cuda_graph)
 
 
 def _nonfinite(out: torch.Tensor, inputs: Inputs) -> int:

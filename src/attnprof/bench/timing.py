@@ -3,6 +3,10 @@
 Device work is asynchronous, so a host clock around a CUDA call measures the launch, not the kernel: on CUDA each
 repetition is bracketed by `torch.cuda.Event`s and the GPU is synchronised once at the end. `flush_l2` writes a
 buffer larger than the L2 cache between repetitions so a small workload is not timed from cache.
+
+`cuda_graph=True` times replays of the call captured once in a CUDA graph: the GPU time of its kernels, without
+the host's cost of launching them (which, for a small call whose launch takes longer than its kernels, is what
+plain events measure). Where capture fails the call is timed plainly and the method says so.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ class Timing:
     p50: float
     p80: float
     reps: int
-    method: str  # "cuda-events" | "perf_counter"
+    method: str  # "cuda-events" | "cuda-graph" | "cuda-events (no graph: <why>)" | "perf_counter"
 
     def to_json(self) -> dict:
         return {"p20": self.p20, "p50": self.p50, "p80": self.p80, "reps": self.reps, "method": self.method}
@@ -60,12 +64,34 @@ def flush_l2(device: str) -> None:
     _FLUSH[device].zero_()
 
 
+def captured(fn: Callable[[], object], device: str) -> tuple[Callable[[], object] | None, str]:
+    """`fn` captured in a CUDA graph (warmed on a side stream first, as capture needs): (replay, "") or
+    (None, why not)."""
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    try:
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        with torch.cuda.graph(graph):
+            fn()
+    except RuntimeError as e:
+        torch.cuda.synchronize(device)
+        return None, str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+    return graph.replay, ""
+
+
 def time_call(fn: Callable[[], object], device: str, *, warmup: int = 3, reps: int = 20,
-              l2_flush: bool = False) -> Timing:
-    """Time `fn()` `reps` times after `warmup` calls."""
+              l2_flush: bool = False, cuda_graph: bool = False) -> Timing:
+    """Time `fn()` `reps` times after `warmup` calls (as CUDA-graph replays with `cuda_graph`, on CUDA)."""
     for _ in range(warmup):
         fn()
     if device.startswith("cuda"):
+        method = "cuda-events"
+        if cuda_graph:
+            replay, why = captured(fn, device)
+            fn, method = (replay, "cuda-graph") if replay is not None else (fn, f"cuda-events (no graph: {why})")
         torch.cuda.synchronize(device)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -77,7 +103,6 @@ def time_call(fn: Callable[[], object], device: str, *, warmup: int = 3, reps: i
             end.record()
         torch.cuda.synchronize(device)
         samples = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
-        method = "cuda-events"
     else:
         samples = []
         for _ in range(reps):

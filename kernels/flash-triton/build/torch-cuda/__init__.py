@@ -164,21 +164,28 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, _fp32_ok:
     return None
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
-              causal: bool = False, *, config: Config | DecodeConfig | None = None,
-              _fp32_ok: bool = False) -> torch.Tensor:
-    """`flash_attn_func` with an explicit launch `config` (for tuning). `[B, S, H, D]` in and out, any strides with a
-    contiguous head dim, never copied: TMA (and the Gluon program) read contiguous tensors and `[B, S, H, D]` views of
-    contiguous `[B, H, S, D]` ones (`tma_layout`), other strides go through pointer loads. The output has q's layout
-    in the second case (a view of a `[B, H, S, D]` tensor), else it is contiguous."""
-    # _fp32_ok: only the interpreter's own bf16 path (below) runs float32 copies; callers cannot ask for it
-    reason = check_inputs(q, k, v, _fp32_ok=_fp32_ok and INTERPRETED)
+_PLANS: dict[tuple, tuple] = {}  # call signature -> (kind, config, layout): what `attention` decided for it
+_MAX_PLANS = 4096
+
+
+def _signature(q, k, v, causal, config, fp32_ok) -> tuple | None:
+    """Everything `_plan` decides from: shapes, strides, dtypes, devices, 16-byte alignment (TMA), the mask, the
+    config. Not the values: the same signature always gets the same plan. None for non-tensors (checked the slow way)."""
+    if not (type(q) is type(k) is type(v) is torch.Tensor):
+        return None
+    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+            k.device, v.device, q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, bool(causal), config, fp32_ok)
+
+
+def _plan(q, k, v, causal: bool, config, fp32_ok: bool) -> tuple:
+    """Check the inputs (ValueError with the reason) and decide the program: ("empty",), ("decode", cfg),
+    ("bf16-interpreter", cfg), ("gluon", cfg, layout) or ("triton", cfg, layout)."""
+    reason = check_inputs(q, k, v, _fp32_ok=fp32_ok and INTERPRETED)
     if reason is not None:
         raise ValueError(f"flash-triton: {reason}")
-    b, sq, hq, d = q.shape
-    sk, hkv = k.shape[1], k.shape[2]
+    d, sk = q.shape[-1], k.shape[1]
     if q.numel() == 0 or sk == 0:
-        return torch.zeros((b, sq, hq, d), dtype=q.dtype, device=q.device)
+        return ("empty",)
     if config is not None and isinstance(config, Config) and config.gluon and (
             reason := gluon_unsupported(q, k, causal, config)):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
@@ -194,26 +201,61 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
             raise ValueError("flash-triton: bfloat16 through Triton's interpreter runs only the dense program on "
                              "float32 copies (the interpreter gets bf16 tl.dot wrong); use float16 or a CUDA GPU "
                              "for the decode program")
-        cfg = default_config(d, q.device)  # the CPU's bf16 path (below) is the dense program, for any Sq
+        cfg = default_config(d, q.device)  # the CPU's bf16 path is the dense program, for any Sq
     if isinstance(cfg, DecodeConfig):  # k/v are a full dense cache: every sequence has Sk keys
-        return kvcache_attention(q, k, v, softmax_scale=softmax_scale, causal=causal, config=cfg)
-    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+        return ("decode", cfg)
     if bf16_interp:
+        return ("bf16-interpreter", cfg)
+    if cfg.gluon:
+        return ("gluon", cfg, layout)
+    if cfg.use_tma and (layout is None or block_d(d) != d):
+        cfg = dataclasses.replace(cfg, use_tma=False)  # other strides, or a padded head dim: pointer loads
+    return ("triton", cfg, layout)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
+              causal: bool = False, *, config: Config | DecodeConfig | None = None,
+              _fp32_ok: bool = False) -> torch.Tensor:
+    """`flash_attn_func` with an explicit launch `config` (for tuning). `[B, S, H, D]` in and out, any strides with a
+    contiguous head dim, never copied: TMA (and the Gluon program) read contiguous tensors and `[B, S, H, D]` views of
+    contiguous `[B, H, S, D]` ones (`tma_layout`), other strides go through pointer loads. The output has q's layout
+    in the second case (a view of a `[B, H, S, D]` tensor), else it is contiguous.
+
+    The checks and the choice of program run once per call signature (shapes, strides, dtypes, alignment, mask,
+    config; `_signature`) and are remembered: they were a third of a small call's host time."""
+    # _fp32_ok: only the interpreter's own bf16 path (below) runs float32 copies; callers cannot ask for it
+    key = _signature(q, k, v, causal, config, _fp32_ok)
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is None:
+        plan = _plan(q, k, v, causal, config, _fp32_ok)
+        if key is not None:
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    kind = plan[0]
+    b, sq, hq, d = q.shape
+    if kind == "empty":
+        return torch.zeros((b, sq, hq, d), dtype=q.dtype, device=q.device)
+    if kind == "decode":
+        return kvcache_attention(q, k, v, softmax_scale=softmax_scale, causal=causal, config=plan[1])
+    cfg = plan[1]
+    if kind == "bf16-interpreter":
         # Triton's interpreter upcasts bf16 tl.dot operands wrongly (values ~1e8, relative error ~1e9): on the
         # CPU only, the program runs on float32 copies (every tl.dot then in fp32) and the result is rounded to
         # bf16. Never on a GPU, where bf16 is compiled and right.
         out = attention(q.float(), k.float(), v.float(), softmax_scale, causal, config=cfg, _fp32_ok=True)
         return out.to(torch.bfloat16)
+    layout = plan[2]
+    sk, hkv = k.shape[1], k.shape[2]
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
     # the output takes q's layout when q is a view of [B, H, S, D] (no copy on the way back to PyTorch's layout)
     if layout == "heads":
         out = torch.empty((b, hq, sq, d), dtype=q.dtype, device=q.device).transpose(1, 2)
     else:
         out = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
-    if cfg.gluon:
+    if kind == "gluon":
         _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads")
         return out
-    if cfg.use_tma and (layout is None or block_d(d) != d):
-        cfg = dataclasses.replace(cfg, use_tma=False)  # other strides, or a padded head dim: pointer loads
     if cfg.use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
