@@ -141,7 +141,8 @@ def _decode_fn(mod, impl, q, ks, vs, seqlens, gen, flex_ok):
 
 
 def varlen_rows(mod, lengths: list[int], hq: int, hkv: int, d: int, flex_ok: bool) -> list[dict]:
-    """One packed causal prefill of `lengths`: ours varlen, ours dense per sequence (chosen program / Triton only),
+    """One packed causal prefill of `lengths`: ours varlen (default on contiguous and on transformers' strided views,
+    forced onto the Gluon / Triton program), ours dense per sequence (chosen program / Triton only),
     SDPA auto per sequence, flex with a document mask; TF/s over the same causal FLOPs."""
     total = sum(lengths)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
@@ -153,8 +154,13 @@ def varlen_rows(mod, lengths: list[int], hq: int, hkv: int, d: int, flex_ok: boo
     heads_first = [tuple(t.transpose(1, 2).contiguous() for t in x) for x in per_seq]  # [1, H, S, D] for SDPA
     triton_cfg = mod.default_config(d, q.device)
     gluon = mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
+    # transformers' continuous batching passes [total, H, D] views of [H, total, D] storage
+    qs, ks, vs = (t.transpose(0, 1).contiguous().transpose(0, 1) for t in (q, k, v))
     fns = {
         "ours-varlen": lambda: mod.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=True),
+        "ours-varlen-strided": lambda: mod.flash_attn_varlen_func(qs, ks, vs, cu, cu, max(lengths), max(lengths),
+                                                                  causal=True),
+        "ours-varlen-triton": lambda: mod.varlen_attention(q, k, v, cu, cu, max(lengths), None, True, config=triton_cfg),
         "ours-varlen-gluon": lambda: mod.varlen_attention(q, k, v, cu, cu, max(lengths), None, True, config=gluon),
         "ours-dense-per-seq": lambda: [mod.flash_attn_func(*x, causal=True) for x in per_seq],
         "ours-dense-triton-per-seq": lambda: [mod.attention(*x, None, True, config=triton_cfg) for x in per_seq],

@@ -206,5 +206,6 @@ def test_timing_replays_a_captured_call(mod):
 
     for s, d, causal in ((1024, 128, True), (1000, 128, False), (1024, 64, True)):
         q, k, v = (torch.randn(2, s, 8, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        t = time_call(lambda: mod.flash_attn_func(q, k, v, causal=causal), "cuda", warmup=2, reps=3, cuda_graph=True)
+        t = time_call(lambda q=q, k=k, v=v, causal=causal: mod.flash_attn_func(q, k, v, causal=causal), "cuda",
+                      warmup=2, reps=3, cuda_graph=True)
         assert t.method == "cuda-graph", (mod.choose_config(q, k, causal).label(), t.method)

@@ -118,10 +118,10 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma):
     assert kernel.metadata.shared <= SMEM_PER_SM
 
 
-@pytest.mark.parametrize("dense,heads_in_rows", [(False, False), (True, False), (True, True)],
-                         ids=["packed", "dense-rows", "dense-heads"])
+@pytest.mark.parametrize("dense,heads_in_rows", [(False, False), (False, True), (True, False), (True, True)],
+                         ids=["packed-rows", "packed-heads", "dense-rows", "dense-heads"])
 def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows):
-    """The packed program, and its dense form (`flash_attn_func` with ragged lengths, both TMA layouts)."""
+    """The packed program and its dense form (`flash_attn_func` with ragged lengths), each in both TMA layouts."""
     gluon = pytest.importorskip("triton.experimental.gluon")  # noqa: F841
     import sys
     import types

@@ -65,7 +65,7 @@ def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.
 
 @gluon.jit
 def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, qk_scale,
-                     q_start, col, m0, sq, sk, n_blocks,
+                     o_row, o_col, m0, sq, sk, n_blocks,
                      HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr):
     """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores."""
@@ -114,8 +114,8 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
     l_o = gl.convert_layout(l_i, rows_o)
     out = (acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]).to(dtype)
     rows = m0 + gl.arange(0, HALF_M, layout=rows_o)  # within the sequence
-    cols = col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    ptrs = O + (q_start + rows).to(gl.int64)[:, None] * stride_os + cols[None, :]
+    cols = o_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    ptrs = O + (o_row + rows).to(gl.int64)[:, None] * stride_os + cols[None, :]
     gl.store(ptrs, out, mask=(rows < sq)[:, None])
 
 
@@ -130,7 +130,10 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
     `DENSE`: every sequence has SQ queries and SK keys (a `flash_attn_func` call whose lengths are not multiples of
     the tile: the dense Gluon program's TMA store would cross a sequence end); CuSeqQ/CuSeqK are not read. The views
     are then `[B*S, H*D]` or, with `HEADS_IN_ROWS`, `[B*H*S, D]` (`[B, S, H, D]` views of contiguous `[B, H, S, D]`
-    tensors, a head's rows consecutive; O likewise, stride_os = D)."""
+    tensors, a head's rows consecutive; O likewise, stride_os = D).
+    Packed (not `DENSE`) with `HEADS_IN_ROWS`: q, k, v are `[total, H, D]` views of contiguous `[H, total, D]` tensors
+    (what transformers' continuous batching passes), read as `[H*total, D]`; SQ and SK are then the packed totals of
+    q and k rows (a head's first row); O is still `[total_q, H*D]` contiguous."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = desc_q.dtype
     if CAUSAL:
@@ -140,26 +143,40 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
     off_bh = gl.program_id(1)
     b = off_bh // H
     h = off_bh % H
+    hk = h // GROUPS
+    # sq, sk: this sequence's lengths; q_row, kv_row, q_col, kv_col: its first rows in the TMA views; o_row, o_col:
+    # its first output row and column (O has q's layout when dense, the packed contiguous one otherwise)
     if DENSE:
         sq = SQ
         sk = SK
         if HEADS_IN_ROWS:
-            q_start = off_bh * SQ
-            k_start = (b * (H // GROUPS) + h // GROUPS) * SK
+            q_row = off_bh * SQ
+            kv_row = (b * (H // GROUPS) + hk) * SK
+            q_col = 0
+            kv_col = 0
+            o_col = 0
+        else:
+            q_row = b * SQ
+            kv_row = b * SK
+            q_col = h * HEAD_DIM
+            kv_col = hk * HEAD_DIM
+            o_col = q_col
+        o_row = q_row
+    else:
+        o_row = gl.load(CuSeqQ + b)
+        sq = gl.load(CuSeqQ + b + 1) - o_row
+        kv_row = gl.load(CuSeqK + b)
+        sk = gl.load(CuSeqK + b + 1) - kv_row
+        o_col = h * HEAD_DIM
+        if HEADS_IN_ROWS:
+            q_row = h * SQ + o_row
+            kv_row = hk * SK + kv_row
             q_col = 0
             kv_col = 0
         else:
-            q_start = b * SQ
-            k_start = b * SK
-            q_col = h * HEAD_DIM
-            kv_col = (h // GROUPS) * HEAD_DIM
-    else:
-        q_start = gl.load(CuSeqQ + b)
-        sq = gl.load(CuSeqQ + b + 1) - q_start
-        k_start = gl.load(CuSeqK + b)
-        sk = gl.load(CuSeqK + b + 1) - k_start
-        q_col = h * HEAD_DIM
-        kv_col = (h // GROUPS) * HEAD_DIM
+            q_row = o_row
+            q_col = o_col
+            kv_col = hk * HEAD_DIM
     m0 = start_m * BLOCK_M
     if m0 < sq:
         if CAUSAL:
@@ -182,11 +199,11 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
             mbarrier.init(kv_empty.index(i), count=2)
         gl.warp_specialize([
             (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
-                                qk_scale, q_start, q_col, m0, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
+                                qk_scale, o_row, o_col, m0, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
                                 CAUSAL)),
             (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
-                                qk_scale, q_start, q_col, m0 + HALF_M, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N,
+                                qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N,
                                 STAGES, CAUSAL)),
             (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
-                            q_start + m0, k_start, q_col, kv_col, n_blocks, k_start + sk, HALF_M, BLOCK_N, STAGES)),
+                            q_row + m0, kv_row, q_col, kv_col, n_blocks, kv_row + sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])

@@ -7,8 +7,9 @@ tile), reading its sequence's offsets and lengths on the device, so nothing is r
 call can be captured in a CUDA graph as long as `max_seqlen_q` (the grid) stays the same. Query and key lengths
 may differ per sequence (the causal diagonal is bottom-right in each), and may be 0 or 1.
 
-On sm_90, contiguous tensors with head dim 128 (and 64 when causal) take the warp-specialized Gluon program over the
-packed sequences instead (`_gluon_varlen.py`; 0.99x the dense Gluon program per sequence, TUNING.md step 8, against
+On sm_90, tensors with head dim 128 (and 64 when causal), contiguous or `[total, H, D]` views of contiguous
+`[H, total, D]` ones (transformers' continuous batching), take the warp-specialized Gluon program over the packed
+sequences instead (`_gluon_varlen.py`; 0.99x the dense Gluon program per sequence, TUNING.md step 8, against
 0.81x for the Triton one); `config=` forces either.
 
 Strided inputs are taken as they are (transformers passes `[total, H, D]` views of `[1, H, S, D]` tensors): the
@@ -113,6 +114,19 @@ def _default_varlen_config(q, k, v, causal: bool) -> Config:
     return default_config(q.shape[-1], q.device)
 
 
+def _packed_layout(q, k, v) -> str | None:
+    """How TMA can read packed `[total, H, D]` tensors: "rows" (all contiguous: 2-D `[total, H*D]`), "heads" (all
+    views of contiguous `[H, total, D]` tensors, as transformers' continuous batching passes them: `[H*total, D]`),
+    or None."""
+    if any(t.shape[0] == 0 or t.data_ptr() % 16 for t in (q, k, v)):
+        return None
+    if all(t.is_contiguous() for t in (q, k, v)):
+        return "rows"
+    if all(t.transpose(0, 1).is_contiguous() for t in (q, k, v)):
+        return "heads"
+    return None
+
+
 def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
     """None when the warp-specialized Gluon program over packed sequences (`_gluon_varlen.py`) can run these
     (already checked) tensors with `cfg`, else why not."""
@@ -122,8 +136,9 @@ def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
         return "the Gluon program uses wgmma, which only sm_90 has"
     if not (cfg.warp_specialize and not cfg.persistent and (cfg.block_m, cfg.num_warps) == (128, 4)):
         return "the varlen Gluon program is the warp-specialized one: block_m 128, num_warps 4, not persistent"
-    if not all(t.is_contiguous() and t.shape[0] > 0 and t.data_ptr() % 16 == 0 for t in (q, k, v)):
-        return "the Gluon program reads contiguous, 16-byte aligned [total, H, D] tensors through TMA"
+    if _packed_layout(q, k, v) is None:
+        return ("the Gluon program reads 16-byte aligned [total, H, D] tensors through TMA, all contiguous or all "
+                "views of contiguous [H, total, D] ones (these have other strides)")
     if q.shape[-1] not in GLUON_HEAD_DIMS:
         return f"the Gluon programs are built for head dims {', '.join(map(str, GLUON_HEAD_DIMS))} (got {q.shape[-1]})"
     return None
@@ -135,13 +150,14 @@ def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, c
 
     d = q.shape[-1]
     hq, hkv = q.shape[1], k.shape[1]
+    heads = _packed_layout(q, k, v) == "heads"  # [H*total, D]; else [total, H*D]
     grid = (cdiv(max_seqlen_q, cfg.block_m), (cu_q.shape[0] - 1) * hq)
-    attention_fwd_sm90_ws_varlen[grid](  # the 2-D views [total, H*D]
-        tma_desc(q[None], cfg.block_m // 2, False), tma_desc(k[None], cfg.block_n, False),
-        tma_desc(v[None], cfg.block_n, False), out, out.stride(0),
-        scale * math.log2(math.e), hq, hq // hkv, cu_q, cu_k, 0, 0,
+    attention_fwd_sm90_ws_varlen[grid](
+        tma_desc(q[None], cfg.block_m // 2, heads), tma_desc(k[None], cfg.block_n, heads),
+        tma_desc(v[None], cfg.block_n, heads), out, out.stride(0),
+        scale * math.log2(math.e), hq, hq // hkv, cu_q, cu_k, q.shape[0], k.shape[0],
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-        num_warps=cfg.num_warps,
+        num_warps=cfg.num_warps, HEADS_IN_ROWS=heads,
     )
 
 
