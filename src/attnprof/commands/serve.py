@@ -40,8 +40,7 @@ def register(sub) -> None:
     g.add_argument("--no-share", action="store_true", help="skip the profiler pass (no attention share)")
     c = p.add_argument_group("continuous batching")
     c.add_argument("--requests", type=int, default=None, help="number of requests in the stream")
-    c.add_argument("--rate", type=float, default=None,
-                   help="Poisson arrival rate, requests per second (inf: all at once)")
+    c.add_argument("--rate", type=float, default=None, help="Poisson arrival rate, requests per second")
     c.add_argument("--prompt-median", type=float, default=None, help="log-normal prompt length, median tokens")
     c.add_argument("--prompt-sigma", type=float, default=0.6, help="log-normal prompt sigma (default 0.6)")
     c.add_argument("--output-median", type=float, default=None, help="log-normal output length, median tokens")

@@ -8,6 +8,7 @@ and its config, dtype, price, the prefill and decode grids, and the request stre
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from attnprof.errors import UsageError, first_line
 
@@ -75,7 +76,8 @@ def make_plan(args, device: str) -> dict:
         raise UsageError("--sweep-concurrency sweeps the request stream: add continuous to --mode")
     if "continuous" in modes:
         rate = pick("rate")
-        if args.rate is not None and not args.rate > 0:
+        # finite: serve.json carries the rate, and JSON has no inf (`poisson_stream` itself takes rate=inf)
+        if args.rate is not None and not (args.rate > 0 and math.isfinite(args.rate)):
             raise UsageError(f"--rate must be a positive number of requests per second, got {args.rate}")
         if args.stream_timeout <= 0:
             raise UsageError(f"--stream-timeout must be positive, got {args.stream_timeout}")
