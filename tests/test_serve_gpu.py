@@ -7,7 +7,8 @@ import json
 import pytest
 
 from attnprof.models import build_model
-from attnprof.serving.continuous import Request, serve_stream
+from attnprof.serving.continuous import serve_stream
+from attnprof.serving.requests import Request
 from attnprof.serving.throughput import measure_decode, measure_prefill, resolve_impls
 
 pytestmark = pytest.mark.cuda

@@ -84,7 +84,8 @@ def test_bad_slo_is_one_line_and_exit_2(capsys, tmp_path, extra, message):
 
 
 def test_a_failed_request_is_counted_in_the_vllm_metrics_with_its_reason():
-    from attnprof.serving.continuous import Request, serve_stream
+    from attnprof.serving.continuous import serve_stream
+    from attnprof.serving.requests import Request
 
     model = build_model("tiny-llama", attn_implementation="eager")
     reqs = [Request(0.0, 8, 2), Request(60.0, 8, 2)]  # the second arrives after the deadline

@@ -1,5 +1,6 @@
-"""Request streams (serving/requests.py): seeded arrivals, the same draws as today's stream, and request files whose
-every bad line is named file:line and ends the run with exit 2 (UsageError)."""
+"""Request streams (serving/requests.py): seeded arrivals, and request files whose every bad line is named file:line
+and ends the run with exit 2 (UsageError). That `serve` still draws the streams of its recorded results is
+tests/test_serve_stream_pin.py's."""
 
 from __future__ import annotations
 
@@ -9,21 +10,9 @@ import statistics
 import pytest
 
 from attnprof.errors import UsageError
-from attnprof.serving import continuous
 from attnprof.serving.requests import Lengths, Request, check_fits, load_request_file, poisson_stream, summary
 
 PROMPT, OUTPUT = Lengths(100, 0.8, 300), Lengths(20, 0.5, 50, flag="--output")
-
-
-@pytest.mark.parametrize("seed", [0, 7])
-def test_the_stream_is_todays_stream_for_the_same_flags(seed):
-    """serve.sh's stream (and every report so far) must not change when continuous.py switches to this module."""
-    ours = poisson_stream(40, 32.0, prompt=Lengths(384, 0.6, 1536), output=Lengths(64, 0.5, 160, flag="--output"),
-                          seed=seed)
-    old = continuous.poisson_requests(40, 32.0, prompt_median=384, prompt_sigma=0.6, output_median=64,
-                                      output_sigma=0.5, max_prompt=1536, max_output=160, seed=seed)
-    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in ours] == \
-        [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in old]
 
 
 def test_poisson_arrivals_are_seeded_sorted_clipped_and_at_the_rate():
@@ -33,6 +22,7 @@ def test_poisson_arrivals_are_seeded_sorted_clipped_and_at_the_rate():
     assert a[0].arrival_s == 0 and all(x.arrival_s <= y.arrival_s for x, y in zip(a, a[1:]))
     assert {r.source for r in a} == {None}
     assert min(r.prompt_tokens for r in a) >= 1 and max(r.prompt_tokens for r in a) == 300  # clipped at max
+    assert statistics.median(r.prompt_tokens for r in a) == pytest.approx(100, rel=0.15)  # the median asked for
     gaps = [y.arrival_s - x.arrival_s for x, y in zip(a, a[1:])]
     assert statistics.mean(gaps) == pytest.approx(1 / 8.0, rel=0.06)
     assert statistics.pstdev(gaps) / statistics.mean(gaps) == pytest.approx(1.0, abs=0.08)  # exponential: CV 1
@@ -89,12 +79,11 @@ def test_a_file_replays_lengths_and_arrivals_in_arrival_order(tmp_path):
                                     Request(0.5, 4, 9, f"{f}:4")]  # equal arrivals keep the file's order
 
 
-def test_a_file_without_arrivals_draws_them_at_the_rate_as_today(tmp_path):
+def test_a_file_without_arrivals_draws_them_at_the_rate(tmp_path):
     f = _file(tmp_path, *[f'{{"prompt_tokens": {p}, "output_tokens": {o}}}' for p, o in [(5, 2), (9, 4), (3, 1)]])
     ours = load_request_file(f, rate=2.0, seed=5)
-    old = continuous.load_requests(f, rate=2.0, seed=5)
-    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in ours] == \
-        [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in old]
+    assert ours == load_request_file(f, rate=2.0, seed=5)
+    assert [(r.prompt_tokens, r.output_tokens) for r in ours] == [(5, 2), (9, 4), (3, 1)]  # in the file's order
     assert ours[0].arrival_s == 0 and ours[2].arrival_s > ours[1].arrival_s > 0
     with pytest.raises(UsageError, match="gives no arrival_s: pass --rate"):
         load_request_file(f)
@@ -116,6 +105,8 @@ def test_a_file_without_arrivals_draws_them_at_the_rate_as_today(tmp_path):
     (['{"prompt_tokens": 5, "output_tokens": 2, "arrival_s": null}'], 1, "arrival_s must be a number of seconds"),
     (['{"prompt_tokens": 5, "output_tokens": 2, "arrival_s": 0}', '{"prompt_tokens": 5, "output_tokens": 2}'], 2,
      "arrival_s missing here but given on other lines"),
+    (['{"prompt_tokens": 5, "output_tokens": 2, "arrival_s": 0}', "", '{"prompt_tokens": 5, "output_tokens": 2}'], 3,
+     "arrival_s missing here"),  # blank lines count in the line number
 ])
 def test_a_bad_line_is_named_file_and_line(tmp_path, lines, line, message):
     f = _file(tmp_path, *lines)

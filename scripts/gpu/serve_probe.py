@@ -14,7 +14,7 @@ rebuilt on the loops production runs, this probe answers, on the GPU's own trans
     ms/token = (t(N2 new tokens) - t(N1 new tokens)) / (N2 - N1), median of --reps (3), so prefill is not in it;
     the first call (compile + CUDA-graph capture for `compiled`) is reported apart as warm-up.
   continuous batching: serve.sh's 40-request Poisson stream (same seed, same generator as
-    attnprof.serving.continuous.poisson_requests) through `init_continuous_batching`, paged eager / paged sdpa (and sdpa
+    attnprof.serving.requests.poisson_stream) through `init_continuous_batching`, paged eager / paged sdpa (and sdpa
     pinned to efficient), each with `use_cuda_graph` off and on; output and total tokens/s, TTFT, TPOT and ITL
     (p50/p90/p99) from transformers' own per-token timestamps, failures with their reasons, the resolved config.
   names: which `attn_implementation` names continuous batching accepts, what it ran as, and whether 2 requests ran.
@@ -262,7 +262,7 @@ def dispatch_row(model, sq: int, sk: int, mask_kind: str, args) -> dict:
 # ---------------------------------------------------------------------------------------- continuous batching --
 
 def poisson_stream(args) -> list[tuple[float, int, int]]:
-    """(arrival_s, prompt, output): the same draws as attnprof.serving.continuous.poisson_requests for these flags."""
+    """(arrival_s, prompt, output): the same draws as attnprof.serving.requests.poisson_stream for these flags."""
     rng = random.Random(args.seed)
 
     def lognormal(median: float, sigma: float, hi: int) -> int:

@@ -3,9 +3,10 @@
 Static batches (prefill, decode) say what a kernel does in isolation. A server sees requests arrive at random times
 with different prompt and output lengths, and packs them into ragged batches that mix prefill and decode. This
 file drives `model.init_continuous_batching()` (transformers 5.x, a background thread with a paged KV cache) with
-such a stream: Poisson arrivals at `rate` requests/s and log-normal prompt / output lengths, or lengths replayed from
-a JSONL file. Each request's tokens are counted from what it returned; a request that failed, was refused or did
-not finish in time is counted and reported with its error, never dropped.
+such a stream (drawn or read by `serving/requests.py`; this file only serves it): Poisson arrivals at `rate`
+requests/s and log-normal prompt / output lengths, or lengths replayed from a JSONL file. Each request's tokens are
+counted from what it returned; a request that failed, was refused or did not finish in time is counted and reported
+with its error, never dropped.
 
 Only the attention implementations the paged path accepts run here (`paged|eager`, `paged|sdpa`; flash when
 installed); anything else is rejected with the reason.
@@ -14,28 +15,19 @@ installed); anything else is rejected with the reason.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import math
 import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from attnprof.bench.timing import percentile
 from attnprof.errors import UsageError, first_line
+from attnprof.serving.requests import Request
 
 # attention implementation → the name transformers' paged path knows it by, newest spelling first
 _PAGED_NAMES = {"eager": ("paged|eager",), "sdpa": ("paged|sdpa", "sdpa")}
-
-
-@dataclass(frozen=True)
-class Request:
-    arrival_s: float  # seconds after the stream starts
-    prompt_tokens: int
-    output_tokens: int
 
 
 @dataclass(frozen=True)
@@ -87,88 +79,6 @@ class StreamResult:
         d.update(failed=self.failed, output_tokens_per_s=self.output_tokens_per_s,
                  total_tokens_per_s=self.total_tokens_per_s)
         return d
-
-
-# ------------------------------------------------------------------------------------------------- the stream --
-
-def _lognormal(rng: random.Random, median: float, sigma: float, lo: int, hi: int) -> int:
-    return max(lo, min(hi, round(rng.lognormvariate(math.log(median), sigma))))
-
-
-def poisson_requests(n: int, rate: float, *, prompt_median: float, prompt_sigma: float, output_median: float,
-                     output_sigma: float, max_prompt: int, max_output: int, seed: int = 0) -> list[Request]:
-    """`n` requests, exponential gaps at `rate`/s, log-normal lengths (median, sigma of the log) clipped to 1..max."""
-    if rate <= 0 or not math.isfinite(rate):
-        raise UsageError(f"--rate must be a positive number of requests per second, got {rate}")
-    if n < 1:
-        raise UsageError(f"--requests must be at least 1, got {n}")
-    for name, v in (("--prompt-median", prompt_median), ("--output-median", output_median)):
-        if v < 1:
-            raise UsageError(f"{name} must be at least 1 token, got {v}")
-    rng = random.Random(seed)
-    t, out = 0.0, []
-    for _ in range(n):
-        out.append(Request(round(t, 6), _lognormal(rng, prompt_median, prompt_sigma, 1, max_prompt),
-                           _lognormal(rng, output_median, output_sigma, 1, max_output)))
-        t += rng.expovariate(rate)
-    return out
-
-
-def load_requests(path: Path, *, rate: float | None = None, seed: int = 0) -> list[Request]:
-    """JSONL, one request a line: {"prompt_tokens": int, "output_tokens": int, "arrival_s": float (optional)}.
-
-    Without `arrival_s` on any line the arrivals are Poisson at `rate`; a file gives them on every line or on none.
-    """
-    path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such request file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read the request file ({exc})") from None
-    rows: list[tuple[int, int, int, float | None]] = []
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{no}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise UsageError(f"{where}: expected an object like {{\"prompt_tokens\": 128, \"output_tokens\": 64}}")
-        vals = []
-        for key in ("prompt_tokens", "output_tokens"):
-            v = obj.get(key)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise UsageError(f"{where}: {key} must be a positive integer, got {v!r}")
-            vals.append(v)
-        arrival = obj.get("arrival_s")
-        if arrival is not None and (isinstance(arrival, bool) or not isinstance(arrival, (int, float))
-                                    or not math.isfinite(arrival) or arrival < 0):
-            raise UsageError(f"{where}: arrival_s must be a number of seconds >= 0, got {arrival!r}")
-        rows.append((no, vals[0], vals[1], None if arrival is None else float(arrival)))
-    if not rows:
-        raise UsageError(f"{path}: no requests in the file")
-    timed = [r for r in rows if r[3] is not None]
-    if timed and len(timed) != len(rows):
-        no = next(r[0] for r in rows if r[3] is None)
-        raise UsageError(f"{path}:{no}: arrival_s missing here but given on other lines (all or none)")
-    if timed:
-        return sorted((Request(a, p, o) for _, p, o, a in rows), key=lambda r: r.arrival_s)
-    if rate is None or rate <= 0:
-        raise UsageError(f"{path} has no arrival_s: give a positive --rate, got {rate}")
-    gaps = poisson_requests(len(rows), rate, prompt_median=1, prompt_sigma=0, output_median=1, output_sigma=0,
-                            max_prompt=1, max_output=1, seed=seed)
-    return [Request(g.arrival_s, p, o) for g, (_, p, o, _) in zip(gaps, rows)]
-
-
-def check_fits(requests: list[Request], max_positions: int) -> None:
-    """Every prompt + output must fit the model's positions."""
-    for i, r in enumerate(requests):
-        if r.prompt_tokens + r.output_tokens > max_positions:
-            raise UsageError(f"request {i}: {r.prompt_tokens} prompt + {r.output_tokens} output tokens exceed the "
-                             f"model's max_position_embeddings ({max_positions})")
 
 
 # ------------------------------------------------------------------------------------------------- serving it --

@@ -8,6 +8,7 @@ and its config, dtype, price, the prefill and decode grids, and the request stre
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from attnprof.errors import UsageError, first_line
 
@@ -34,8 +35,8 @@ def _ints(text: str, flag: str) -> list[int]:
 def make_plan(args, device: str) -> dict:
     """Every flag checked and defaulted before a model is built."""
     from attnprof.models import load_config
-    from attnprof.serving.continuous import check_fits, load_requests, poisson_requests
     from attnprof.serving.cost import DEFAULT_GPU_HOUR_PRICE, check_price
+    from attnprof.serving.requests import Lengths, check_fits, load_request_file, poisson_stream
     from attnprof.workload import dtype_name
 
     d = DEFAULTS["cuda" if device.startswith("cuda") else "cpu"]
@@ -75,18 +76,17 @@ def make_plan(args, device: str) -> dict:
         raise UsageError("--sweep-concurrency sweeps the request stream: add continuous to --mode")
     if "continuous" in modes:
         rate = pick("rate")
-        if args.rate is not None and not args.rate > 0:
+        # finite: serve.json carries the rate, and JSON has no inf (`poisson_stream` itself takes rate=inf)
+        if args.rate is not None and not (args.rate > 0 and math.isfinite(args.rate)):
             raise UsageError(f"--rate must be a positive number of requests per second, got {args.rate}")
         if args.stream_timeout <= 0:
             raise UsageError(f"--stream-timeout must be positive, got {args.stream_timeout}")
         if args.request_file is not None:
-            requests = load_requests(args.request_file, rate=rate, seed=args.seed)
-        else:
-            pm, om = pick("prompt_median"), pick("output_median")
-            requests = poisson_requests(pick("requests"), rate, prompt_median=pm, prompt_sigma=args.prompt_sigma,
-                                        output_median=om, output_sigma=args.output_sigma,
-                                        max_prompt=args.max_prompt or int(4 * pm),
-                                        max_output=args.max_output or int(4 * om), seed=args.seed)
+            requests = load_request_file(args.request_file, rate=rate, seed=args.seed)
+        else:  # --max-prompt / --max-output None: 4× the median (`Lengths.upper`)
+            prompt = Lengths(pick("prompt_median"), args.prompt_sigma, args.max_prompt)
+            output = Lengths(pick("output_median"), args.output_sigma, args.max_output, flag="--output")
+            requests = poisson_stream(pick("requests"), rate, prompt=prompt, output=output, seed=args.seed)
         if max_pos:
             check_fits(requests, max_pos)
         plan["requests"], plan["rate"] = requests, rate
@@ -111,14 +111,12 @@ def _fits(length: int, max_pos: int, model: str, flag: str) -> None:
 
 
 def stream_json(plan: dict, args) -> dict:
-    reqs = plan["requests"]
-    prompts = sorted(r.prompt_tokens for r in reqs)
-    outs = sorted(r.output_tokens for r in reqs)
-    return {"source": str(args.request_file) if args.request_file else "poisson", "requests": len(reqs),
-            "rate_per_s": plan["rate"] if not args.request_file else None,
-            "span_s": reqs[-1].arrival_s - reqs[0].arrival_s,
-            "prompt_tokens": {"total": sum(prompts), "p50": prompts[len(prompts) // 2], "max": prompts[-1]},
-            "output_tokens": {"total": sum(outs), "p50": outs[len(outs) // 2], "max": outs[-1]},
+    from attnprof.serving.requests import summary
+
+    s = summary(plan["requests"])
+    return {"source": str(args.request_file) if args.request_file else "poisson", "requests": s["requests"],
+            "rate_per_s": plan["rate"] if not args.request_file else None, "span_s": s["span_s"],
+            "prompt_tokens": s["prompt_tokens"], "output_tokens": s["output_tokens"],
             "prompt_sigma": args.prompt_sigma, "output_sigma": args.output_sigma,
             "max_batch_tokens": args.max_batch_tokens, "num_blocks": args.num_blocks,
             "timeout_s": args.stream_timeout,
