@@ -84,12 +84,15 @@ def test_compiles_for_sm90_with_the_softmax_under_the_second_matmul(shape, tmp_p
     assert kernel.metadata.shared <= SMEM_PER_SM
 
 
-@pytest.mark.parametrize("shape", [(128, 64, 128, 4, 3, True), (128, 128, 128, 4, 2, True), (128, 128, 64, 4, 2, False)],
+@pytest.mark.parametrize("shape", [(128, 64, 128, 4, 3, True), (128, 128, 128, 4, 2, True), (128, 128, 64, 4, 2, False),
+                                   (128, 64, 256, 4, 2, True)],
                          ids=lambda s: f"{s[0]}x{s[1]}-d{s[2]}-s{s[4]}-{'causal' if s[5] else 'full'}")
 @pytest.mark.parametrize("persistent", [False, True], ids=["per-tile", "persistent"])
 def test_warp_specialized_form_compiles_with_register_handoff_and_no_spills(shape, persistent, tmp_path):
     if not (BIN / "nvdisasm").exists():
         pytest.skip("this Triton wheel ships no nvdisasm")
+    if persistent and shape[2] == 256:
+        pytest.skip("head dim 256 is refused on the persistent form (gluon_shape_problem)")
     kernel, sass, usage = compile_sm90(*shape, tmp_path, ws=True, persistent=persistent)
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass  # each consumer keeps the in-warpgroup overlap
     assert "USETMAXREG" in sass  # the producer warp gives its registers to the consumers (setmaxnreg)

@@ -389,6 +389,24 @@ def _tensors(b=1, sq=16, sk=16, hq=2, hkv=2, d=64, dtype=torch.float16):
             torch.randn(b, sk, hkv, d, dtype=dtype))
 
 
+def test_gluon_configs_are_refused_by_shape_before_any_compile():
+    """Which Gluon config can be built at which head dim is decided from the config alone (shared memory, registers,
+    the program's form), with the reason; head dim 256 only on the warp-specialized program."""
+    from kernels import get_local_kernel
+
+    mod = get_local_kernel(REPO)
+    C = mod.Config
+    ws = dict(gluon=True, warp_specialize=True)
+    assert mod.gluon_shape_problem(C(128, 64, 4, 2, **ws), 256) is None
+    assert mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 128) is None  # the default at 128: 224 KiB, fits
+    assert "warp-specialized" in mod.gluon_shape_problem(C(64, 64, 4, 3, gluon=True), 256)
+    assert "warp-specialized" in mod.gluon_shape_problem(C(128, 64, 4, 2, persistent=True, **ws), 256)
+    assert "448 KiB of shared memory" in mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 256)
+    assert "288 KiB of shared memory" in mod.gluon_shape_problem(C(128, 128, 4, 4, **ws), 128)
+    assert "registers" in mod.gluon_shape_problem(C(128, 128, 4, 1, **ws), 256)
+    assert "head dims 64, 128, 256 (got 80" in mod.gluon_shape_problem(C(128, 64, 4, 2, **ws), 80)
+
+
 @pytest.mark.parametrize("make, words", [
     (lambda: _tensors(dtype=torch.float32), "float16 and bfloat16 only"),
     (lambda: _tensors(d=100), "head dim 100 is not supported; .* nearest supported: 96;"),

@@ -118,9 +118,10 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma):
     assert kernel.metadata.shared <= SMEM_PER_SM
 
 
-@pytest.mark.parametrize("dense,heads_in_rows", [(False, False), (False, True), (True, False), (True, True)],
-                         ids=["packed-rows", "packed-heads", "dense-rows", "dense-heads"])
-def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows):
+@pytest.mark.parametrize("dense,heads_in_rows,d", [(False, False, 128), (False, True, 128), (True, False, 128),
+                                                   (True, True, 128), (True, False, 256)],
+                         ids=["packed-rows", "packed-heads", "dense-rows", "dense-heads", "dense-rows-d256"])
+def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows, d):
     """The packed program and its dense form (`flash_attn_func` with ragged lengths), each in both TMA layouts."""
     gluon = pytest.importorskip("triton.experimental.gluon")  # noqa: F841
     import sys
@@ -135,13 +136,14 @@ def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows)
     fn = importlib.import_module("flash_triton_src._gluon_varlen").attention_fwd_sm90_ws_varlen
 
     def desc(rows: int) -> str:
-        return f"tensordesc<bf16[{rows}, 128],{gl.NVMMASharedLayout.get_default_for([rows, 128], gl.bfloat16)!r}>"
+        return f"tensordesc<bf16[{rows}, {d}],{gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)!r}>"
 
+    block_n, stages = (128, 3) if d == 128 else (64, 2)  # head dim 256: 128x64 tiles, 2 stages (192 KiB)
     names = fn.arg_names
     sig = {n: "i32" for n in names}
-    sig.update(desc_q=desc(64), desc_k=desc(128), desc_v=desc(128), O="*bf16", qk_scale="fp32", CuSeqQ="*i32",
-               CuSeqK="*i32")
-    const = dict(HEAD_DIM=128, BLOCK_M=128, BLOCK_N=128, STAGES=3, CAUSAL=True, num_warps=4, DENSE=dense,
+    sig.update(desc_q=desc(64), desc_k=desc(block_n), desc_v=desc(block_n), O="*bf16", qk_scale="fp32",
+               CuSeqQ="*i32", CuSeqK="*i32")
+    const = dict(HEAD_DIM=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
                  HEADS_IN_ROWS=heads_in_rows)
     if dense:
         const.update(CuSeqQ=None, CuSeqK=None)  # not read: every sequence has SQ queries and SK keys

@@ -93,10 +93,16 @@ ROUND = {"1": "broad: BLOCK_M 128 x BLOCK_N 64/128 x warps 4/8 x stages 2/3/4 (T
          "6": "the warp-specialized Gluon program: 128-row tile, two consumer warpgroups sharing K/V, a TMA warp",
          "7": "the warp-specialized Gluon program made persistent (one CTA per SM walks the tiles)",
          "10": "head dims 256 (TMA tiles and warps) and 80/96 (padded to 128 columns, pointer loads)",
-         "11": "non-causal and short sequences on the Gluon programs; ragged lengths through the varlen Gluon one"}
+         "11": "non-causal and short sequences on the Gluon programs; ragged lengths through the varlen Gluon one",
+         "12": "head dim 256 on the warp-specialized Gluon program (128x64 tiles, 2 stages) against the Triton one"}
 
 
 def candidates(mod, d: int, round_: str = "1") -> list:
+    if round_ == "12":
+        C = mod.Config
+        ws = dict(gluon=True, warp_specialize=True)
+        return [C(128, 64, 8, 2, True), C(128, 64, 4, 2, **ws), C(128, 64, 4, 2, varlen=True, **ws),
+                C(128, 32, 4, 3, **ws), C(128, 32, 4, 4, **ws)]
     if round_ == "11":
         C = mod.Config
         ws = dict(gluon=True, warp_specialize=True)
@@ -237,7 +243,7 @@ def main() -> int:
     result["winners"] = winners
     cfg_of = {c.label(): c for d in head_dims for c in candidates(mod, d, args.round)}
     result["check_winners"] = check(mod, {d: [cfg_of[w]] for d, w in winners.items()})
-    if args.round in ("5", "6", "7", "11"):  # new programs: every candidate on the full case list, not just the winners
+    if args.round in ("5", "6", "7", "11", "12"):  # new programs: every candidate on the full case list, not just the winners
         result["check_all"] = check(mod, {d: candidates(mod, d, args.round) for d in head_dims})
     (args.out / "tune.json").write_text(json.dumps(result, indent=1))
 

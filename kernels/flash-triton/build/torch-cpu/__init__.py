@@ -30,7 +30,6 @@ import triton
 
 from ._checks import head_dim_problem, refuse_unsupported
 from ._config import (
-    GLUON_HEAD_DIMS,
     INTERPRETED,
     SUPPORTED_DTYPES,
     SUPPORTED_HEAD_DIMS,
@@ -38,6 +37,7 @@ from ._config import (
     block_d,
     default_config,
     gluon_preferred,
+    gluon_shape_problem,
 )
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
@@ -72,9 +72,8 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
     """None when the Gluon program (`_gluon.py`) can run these (already checked) inputs with `cfg`, else why not."""
     if q.device.type != "cuda" or INTERPRETED:
         return "the Gluon program needs a CUDA GPU (Gluon has no interpreter)"
-    if q.shape[-1] not in GLUON_HEAD_DIMS:
-        return (f"the Gluon programs are built for head dims {', '.join(map(str, GLUON_HEAD_DIMS))} (got "
-                f"{q.shape[-1]}: the Triton program takes it)")
+    if problem := gluon_shape_problem(cfg, q.shape[-1]):
+        return problem
     layout = tma_layout(q, k, k)  # v is checked by `attention`
     if layout is None:
         return ("the Gluon program reads q, k, v through TMA as contiguous [B, S, H, D] tensors or as [B, S, H, D] "

@@ -184,7 +184,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
         else:
             end = sk
         n_blocks = gl.maximum(gl.cdiv(end, BLOCK_N), 1)  # >= 1: a tile whose rows see no key still runs (zeros)
-        CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 else 168
+        CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
         q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_DIM], desc_q.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)

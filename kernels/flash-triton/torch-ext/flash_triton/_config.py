@@ -15,7 +15,11 @@ import triton
 from ._kernel import attention_fwd
 
 SUPPORTED_HEAD_DIMS = (64, 80, 96, 128, 256)
-GLUON_HEAD_DIMS = (64, 128)  # the hand-scheduled sm_90 programs: their tiles and register budget are sized for these
+# The hand-scheduled sm_90 programs: their tiles and register budget are sized for these. 256: the warp-specialized
+# program only (its [128, 256] accumulator needs both consumer warpgroups), by explicit config: compiled for sm_90
+# on the CPU without spills, not yet run on a GPU, so `gluon_preferred` never picks it (TUNING.md step 12).
+GLUON_HEAD_DIMS = (64, 128, 256)
+SMEM_PER_CTA = 232448  # H100/H200: the most shared memory one CTA may allocate (227 KiB)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Whether this module's kernels were built for Triton's CPU interpreter (fixed when the module was loaded).
 INTERPRETED = not isinstance(attention_fwd, triton.runtime.jit.JITFunction)
@@ -57,6 +61,26 @@ _TUNED = {
     128: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
     256: Config(block_m=128, block_n=64, num_warps=8, num_stages=2, use_tma=True),
 }
+
+
+def gluon_shape_problem(cfg: Config, head_dim: int) -> str | None:
+    """None when the Gluon program `cfg` names can be built at this head dim, else why not (shared by the dense and
+    packed entry points)."""
+    if head_dim not in GLUON_HEAD_DIMS:
+        return (f"the Gluon programs are built for head dims {', '.join(map(str, GLUON_HEAD_DIMS))} (got {head_dim}: "
+                "the Triton program takes it)")
+    if head_dim == 256 and (not cfg.warp_specialize or cfg.persistent):
+        return ("head dim 256 runs only on the warp-specialized Gluon program, not persistent: its [128, 256] "
+                "accumulator needs the two consumer warpgroups")
+    if cfg.warp_specialize:
+        smem = 2 * (cfg.block_m * head_dim + 2 * cfg.num_stages * cfg.block_n * head_dim)  # Q halves + K/V stages
+        if smem > SMEM_PER_CTA:
+            return (f"{cfg.label()} needs {smem // 1024} KiB of shared memory at head dim {head_dim}, more than a CTA "
+                    f"may have ({SMEM_PER_CTA // 1024} KiB): fewer stages or a narrower key block")
+        if cfg.block_n * head_dim > 16384:
+            return (f"block_n {cfg.block_n} x head dim {head_dim} > 16384: a consumer's scores and accumulator would "
+                    "not stay in its registers")
+    return None
 
 
 # The warp-specialized Gluon program (TUNING.md step 6): a 128-row tile, two consumer warpgroups, a TMA producer warp.

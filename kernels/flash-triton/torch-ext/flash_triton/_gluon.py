@@ -308,7 +308,7 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
         end = SK
     n_blocks = gl.cdiv(end, BLOCK_N)
     # setmaxnreg budget (64K registers, 3 warpgroups): the consumers take what the producer warp does not need
-    CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 else 168
+    CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
 
     q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_DIM], desc_q.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
@@ -455,7 +455,7 @@ def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GR
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = desc_q.dtype
     n_m = SQ // BLOCK_M
-    CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 else 168
+    CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
     q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_DIM], desc_q.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)

@@ -26,7 +26,7 @@ import math
 import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
-from ._config import GLUON_HEAD_DIMS, INTERPRETED, Config, block_d, default_config, gluon_preferred
+from ._config import INTERPRETED, Config, block_d, default_config, gluon_preferred, gluon_shape_problem
 from ._kernel import attention_fwd
 from ._splits import cdiv
 
@@ -139,8 +139,8 @@ def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
     if _packed_layout(q, k, v) is None:
         return ("the Gluon program reads 16-byte aligned [total, H, D] tensors through TMA, all contiguous or all "
                 "views of contiguous [H, total, D] ones (these have other strides)")
-    if q.shape[-1] not in GLUON_HEAD_DIMS:
-        return f"the Gluon programs are built for head dims {', '.join(map(str, GLUON_HEAD_DIMS))} (got {q.shape[-1]})"
+    if problem := gluon_shape_problem(cfg, q.shape[-1]):
+        return problem
     return None
 
 
