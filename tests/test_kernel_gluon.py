@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 gluon = pytest.importorskip("triton.experimental.gluon")
 
@@ -114,3 +115,16 @@ def test_heads_major_views_compile_with_the_same_schedule(ws, tmp_path):
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass
     assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0
     assert kernel.metadata.shared <= SMEM_PER_SM
+
+
+def test_padded_head_dims_read_past_the_row_only_in_the_heads_view():
+    """Head dims 80 and 96 on the Gluon programs: tiles 128 wide over the [B*H*S, D] view, whose columns past D lie
+    outside the tensor (TMA reads zeros there, a TMA store drops them); over [B*S, H*D] they would be the next
+    head's columns, so that view is refused."""
+    mod = _module()
+    t = torch.empty(2, 4, 8, 80, dtype=torch.bfloat16).transpose(1, 2)  # [B, S, H, D] view of [B, H, S, D]
+    desc = mod.tma_desc(t, 64, True)
+    assert list(desc.shape) == [2 * 4 * 8, 80] and list(desc.block_shape) == [64, 128]
+    assert list(mod.tma_desc(torch.empty(2, 8, 4, 128, dtype=torch.bfloat16), 64, False).block_shape) == [64, 128]
+    with pytest.raises(ValueError, match="next head"):
+        mod.tma_desc(t.contiguous(), 64, False)

@@ -404,7 +404,9 @@ def test_gluon_configs_are_refused_by_shape_before_any_compile():
     assert "448 KiB of shared memory" in mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 256)
     assert "288 KiB of shared memory" in mod.gluon_shape_problem(C(128, 128, 4, 4, **ws), 128)
     assert "registers" in mod.gluon_shape_problem(C(128, 128, 4, 1, **ws), 256)
-    assert "head dims 64, 128, 256 (got 80" in mod.gluon_shape_problem(C(128, 64, 4, 2, **ws), 80)
+    assert mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 80) is None  # zero-padded to 128: D=128's budget
+    assert "warp-specialized" in mod.gluon_shape_problem(C(64, 64, 4, 3, gluon=True), 96)
+    assert "head dims 64, 80, 96, 128, 256 (got 72" in mod.gluon_shape_problem(C(128, 64, 4, 2, **ws), 72)
 
 
 @pytest.mark.parametrize("make, words", [

@@ -37,6 +37,7 @@ VARLEN = [  # (query lengths, key lengths, Hq, Hkv, D, dtype, causal, strided)
     ([300, 1, 2000], [1300, 1, 2000], 8, 2, 64, "fp16", True, True),
     ([33, 700, 5], [700, 33, 0], 4, 4, 128, "bf16", False, False),
     ([300, 0, 1, 2000, 130], [1300, 5, 1, 2000, 100], 8, 2, 128, "bf16", True, False),  # 30 rows see no key
+    ([300, 1, 2000], [1300, 1, 2000], 8, 2, 96, "bf16", True, True),  # 96 on the Gluon program: strided views only
 ]
 GLUON = dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
 

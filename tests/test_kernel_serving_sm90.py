@@ -118,10 +118,13 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma):
     assert kernel.metadata.shared <= SMEM_PER_SM
 
 
-@pytest.mark.parametrize("dense,heads_in_rows,d", [(False, False, 128), (False, True, 128), (True, False, 128),
-                                                   (True, True, 128), (True, False, 256)],
-                         ids=["packed-rows", "packed-heads", "dense-rows", "dense-heads", "dense-rows-d256"])
-def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows, d):
+@pytest.mark.parametrize("dense,heads_in_rows,d,valid", [(False, False, 128, 0), (False, True, 128, 0),
+                                                         (True, False, 128, 0), (True, True, 128, 0),
+                                                         (True, False, 256, 0), (True, True, 128, 80),
+                                                         (False, True, 128, 96)],
+                         ids=["packed-rows", "packed-heads", "dense-rows", "dense-heads", "dense-rows-d256",
+                              "dense-heads-d80", "packed-heads-d96"])
+def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows, d, valid):
     """The packed program and its dense form (`flash_attn_func` with ragged lengths), each in both TMA layouts."""
     gluon = pytest.importorskip("triton.experimental.gluon")  # noqa: F841
     import sys
@@ -144,7 +147,7 @@ def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows,
     sig.update(desc_q=desc(64), desc_k=desc(block_n), desc_v=desc(block_n), O="*bf16", qk_scale="fp32",
                CuSeqQ="*i32", CuSeqK="*i32")
     const = dict(HEAD_DIM=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
-                 HEADS_IN_ROWS=heads_in_rows)
+                 HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid)  # valid 80/96: zero-padded 128-wide tiles
     if dense:
         const.update(CuSeqQ=None, CuSeqK=None)  # not read: every sequence has SQ queries and SK keys
     sig.update({k: "constexpr" for k in const})

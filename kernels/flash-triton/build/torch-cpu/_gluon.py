@@ -48,11 +48,18 @@ def _smem_layout(block: int, d: int, bf16: bool):
 
 def tma_desc(t: torch.Tensor, block: int, heads_in_rows: bool):
     """A Gluon TMA descriptor of a `[B, S, H, D]` tensor as the 2-D view `[B*S, H*D]` or, for a view of a contiguous
-    `[B, H, S, D]` tensor, `[B*H*S, D]`; tiles `[block, D]`. Packed `[total, H, D]` tensors pass as `[1, total, H, D]`."""
+    `[B, H, S, D]` tensor, `[B*H*S, D]`; tiles `[block, D]`. Packed `[total, H, D]` tensors pass as `[1, total, H, D]`.
+    A head dim that is not a power of two (80, 96) gets tiles 128 wide over the `[B*H*S, D]` view: the columns past
+    D lie outside the tensor, so TMA loads them as zeros (the programs then compute on a zero-padded 128-wide head)
+    and a TMA store drops them. In `[B*S, H*D]` they would be the next head's columns: refused."""
     d = t.shape[-1]
-    layout = _smem_layout(block, d, t.dtype == torch.bfloat16)
+    box = 1 << (d - 1).bit_length()
+    layout = _smem_layout(block, box, t.dtype == torch.bfloat16)
     if heads_in_rows:
-        return TensorDescriptor(t, [t.shape[0] * t.shape[2] * t.shape[1], d], [d, 1], [block, d], layout)
+        return TensorDescriptor(t, [t.shape[0] * t.shape[2] * t.shape[1], d], [d, 1], [block, box], layout)
+    if box != d:
+        raise ValueError(f"a head dim of {d} is padded to {box} only in the [B*H*S, D] view (here the padding "
+                         "columns would be the next head's)")
     rows, heads = t.shape[0] * t.shape[1], t.shape[2]
     return TensorDescriptor(t, [rows, heads * d], [heads * d, 1], [block, d], layout)
 

@@ -141,6 +141,9 @@ def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
                 "views of contiguous [H, total, D] ones (these have other strides)")
     if problem := gluon_shape_problem(cfg, q.shape[-1]):
         return problem
+    if block_d(q.shape[-1]) != q.shape[-1] and _packed_layout(q, k, v) != "heads":
+        return (f"head dim {q.shape[-1]} on the Gluon program needs [total, H, D] views of contiguous [H, total, D] "
+                "tensors (TMA zero-fills the padding columns past D; in [total, H*D] they are the next head's)")
     return None
 
 
@@ -151,13 +154,13 @@ def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, c
     d = q.shape[-1]
     hq, hkv = q.shape[1], k.shape[1]
     heads = _packed_layout(q, k, v) == "heads"  # [H*total, D]; else [total, H*D]
-    grid = (cdiv(max_seqlen_q, cfg.block_m), (cu_q.shape[0] - 1) * hq)
+    grid = (cdiv(max_seqlen_q, cfg.block_m), (cu_q.shape[0] - 1) * hq)  # 80, 96: zero-padded 128-wide tiles
     attention_fwd_sm90_ws_varlen[grid](
         tma_desc(q[None], cfg.block_m // 2, heads), tma_desc(k[None], cfg.block_n, heads),
         tma_desc(v[None], cfg.block_n, heads), out, out.stride(0),
         scale * math.log2(math.e), hq, hq // hkv, cu_q, cu_k, q.shape[0], k.shape[0],
-        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-        num_warps=cfg.num_warps, HEADS_IN_ROWS=heads,
+        HEAD_DIM=block_d(d), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
+        num_warps=cfg.num_warps, HEADS_IN_ROWS=heads, HEAD_DIM_VALID=d,
     )
 
 

@@ -78,6 +78,10 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
     if layout is None:
         return ("the Gluon program reads q, k, v through TMA as contiguous [B, S, H, D] tensors or as [B, S, H, D] "
                 "views of contiguous [B, H, S, D] ones (these have other strides)")
+    if block_d(q.shape[-1]) != q.shape[-1] and layout != "heads":
+        return (f"head dim {q.shape[-1]} on the Gluon program needs [B, S, H, D] views of contiguous [B, H, S, D] "
+                "tensors (read as [B*H*S, D], TMA zero-fills the padding columns; in [B*S, H*D] they are the next "
+                "head's)")
     if cfg.persistent and layout == "heads":
         return "the persistent Gluon program reads [B, S, H, D]-contiguous tensors only (these are [B, H, S, D] views)"
     major, minor = torch.cuda.get_device_capability(q.device)
@@ -292,13 +296,14 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     scale2 = scale * math.log2(math.e)
+    width = block_d(d)  # 80, 96: computed on zero-padded 128-wide tiles (`tma_desc`)
     if cfg.varlen:  # every sequence Sq queries and Sk keys, any lengths: the ends masked, O stored row by row
         attention_fwd_sm90_ws_varlen[(cdiv(sq, cfg.block_m), b * hq)](
             tma_desc(q, cfg.block_m // 2, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
             tma_desc(v, cfg.block_n, heads_in_rows), out, d if heads_in_rows else hq * d, scale2,
             hq, hq // hkv, None, None, sq, sk,
-            HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-            num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows,
+            HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
+            num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
         )
         return
     if cfg.persistent:
@@ -319,7 +324,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         tma_desc(q, q_rows, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
         tma_desc(v, cfg.block_n, heads_in_rows), tma_desc(out, q_rows, heads_in_rows),
         scale2, hq, hq // hkv, sq, sk,
-        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
+        HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
         num_warps=cfg.num_warps, HEADS_IN_ROWS=heads_in_rows,
     )
 

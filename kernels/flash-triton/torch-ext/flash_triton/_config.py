@@ -15,10 +15,11 @@ import triton
 from ._kernel import attention_fwd
 
 SUPPORTED_HEAD_DIMS = (64, 80, 96, 128, 256)
-# The hand-scheduled sm_90 programs: their tiles and register budget are sized for these. 256: the warp-specialized
-# program only (its [128, 256] accumulator needs both consumer warpgroups), by explicit config: compiled for sm_90
-# on the CPU without spills, not yet run on a GPU, so `gluon_preferred` never picks it (TUNING.md step 12).
-GLUON_HEAD_DIMS = (64, 128, 256)
+# The hand-scheduled sm_90 programs: their tiles and register budget are sized for these. By explicit config only,
+# on the warp-specialized program (compiled for sm_90 on the CPU without spills, not yet run on a GPU, so
+# `gluon_preferred` never picks them; TUNING.md step 12): 256 (its [128, 256] accumulator needs both consumer
+# warpgroups) and 80, 96 (zero-padded 128-wide tiles, read from `[B*H*S, D]` views where TMA fills the padding).
+GLUON_HEAD_DIMS = (64, 80, 96, 128, 256)
 SMEM_PER_CTA = 232448  # H100/H200: the most shared memory one CTA may allocate (227 KiB)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Whether this module's kernels were built for Triton's CPU interpreter (fixed when the module was loaded).
@@ -69,16 +70,17 @@ def gluon_shape_problem(cfg: Config, head_dim: int) -> str | None:
     if head_dim not in GLUON_HEAD_DIMS:
         return (f"the Gluon programs are built for head dims {', '.join(map(str, GLUON_HEAD_DIMS))} (got {head_dim}: "
                 "the Triton program takes it)")
-    if head_dim == 256 and (not cfg.warp_specialize or cfg.persistent):
-        return ("head dim 256 runs only on the warp-specialized Gluon program, not persistent: its [128, 256] "
-                "accumulator needs the two consumer warpgroups")
+    if head_dim in (80, 96, 256) and (not cfg.warp_specialize or cfg.persistent):
+        return (f"head dim {head_dim} runs only on the warp-specialized Gluon program, not persistent (256: its "
+                "[128, 256] accumulator needs the two consumer warpgroups; 80, 96: its zero-padded tiles)")
+    width = block_d(head_dim)  # 80, 96 take 128-wide tiles
     if cfg.warp_specialize:
-        smem = 2 * (cfg.block_m * head_dim + 2 * cfg.num_stages * cfg.block_n * head_dim)  # Q halves + K/V stages
+        smem = 2 * (cfg.block_m * width + 2 * cfg.num_stages * cfg.block_n * width)  # Q halves + K/V stages
         if smem > SMEM_PER_CTA:
             return (f"{cfg.label()} needs {smem // 1024} KiB of shared memory at head dim {head_dim}, more than a CTA "
                     f"may have ({SMEM_PER_CTA // 1024} KiB): fewer stages or a narrower key block")
-        if cfg.block_n * head_dim > 16384:
-            return (f"block_n {cfg.block_n} x head dim {head_dim} > 16384: a consumer's scores and accumulator would "
+        if cfg.block_n * width > 16384:
+            return (f"block_n {cfg.block_n} x head dim {width} > 16384: a consumer's scores and accumulator would "
                     "not stay in its registers")
     return None
 

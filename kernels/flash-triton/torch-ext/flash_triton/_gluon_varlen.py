@@ -67,8 +67,9 @@ def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.
 def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, qk_scale,
                      o_row, o_col, m0, sq, sk, n_blocks,
                      HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                     CAUSAL: gl.constexpr):
-    """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores."""
+                     CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr):
+    """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores; only
+    the first HEAD_DIM_VALID columns are stored (a head dim of 80 or 96 computed on zero-padded 128-wide tiles)."""
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -116,14 +117,18 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
     rows = m0 + gl.arange(0, HALF_M, layout=rows_o)  # within the sequence
     cols = o_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
     ptrs = O + (o_row + rows).to(gl.int64)[:, None] * stride_os + cols[None, :]
-    gl.store(ptrs, out, mask=(rows < sq)[:, None])
+    if HEAD_DIM_VALID == HEAD_DIM:
+        gl.store(ptrs, out, mask=(rows < sq)[:, None])
+    else:
+        gl.store(ptrs, out, mask=(rows < sq)[:, None] & (cols - o_col < HEAD_DIM_VALID)[None, :])
 
 
 @gluon.jit
 def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, CuSeqQ, CuSeqK, SQ, SK,
                                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
-                                 DENSE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False):
+                                 DENSE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False,
+                                 HEAD_DIM_VALID: gl.constexpr = 0):
     """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
     desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
 
@@ -133,7 +138,10 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
     tensors, a head's rows consecutive; O likewise, stride_os = D).
     Packed (not `DENSE`) with `HEADS_IN_ROWS`: q, k, v are `[total, H, D]` views of contiguous `[H, total, D]` tensors
     (what transformers' continuous batching passes), read as `[H*total, D]`; SQ and SK are then the packed totals of
-    q and k rows (a head's first row); O is still `[total_q, H*D]` contiguous."""
+    q and k rows (a head's first row); O is still `[total_q, H*D]` contiguous.
+    `HEAD_DIM_VALID` (0: HEAD_DIM): the real head dim when HEAD_DIM is its power-of-two padding (80, 96 -> 128, views
+    `[B*H*S, D]` / `[H*total, D]` only: TMA zero-fills the columns past D, the store keeps the first D)."""
+    D_VALID: gl.constexpr = HEAD_DIM if HEAD_DIM_VALID == 0 else HEAD_DIM_VALID
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = desc_q.dtype
     if CAUSAL:
@@ -167,7 +175,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
         sq = gl.load(CuSeqQ + b + 1) - o_row
         kv_row = gl.load(CuSeqK + b)
         sk = gl.load(CuSeqK + b + 1) - kv_row
-        o_col = h * HEAD_DIM
+        o_col = h * D_VALID  # O is [total_q, H*D] contiguous with the real head dim
         if HEADS_IN_ROWS:
             q_row = h * SQ + o_row
             kv_row = hk * SK + kv_row
@@ -200,10 +208,10 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
         gl.warp_specialize([
             (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
                                 qk_scale, o_row, o_col, m0, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
-                                CAUSAL)),
+                                CAUSAL, D_VALID)),
             (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
                                 qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N,
-                                STAGES, CAUSAL)),
+                                STAGES, CAUSAL, D_VALID)),
             (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
                             q_row + m0, kv_row, q_col, kv_col, n_blocks, kv_row + sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])
