@@ -27,16 +27,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._gluon import _ws_producer
+from ._gluon import _ws_producer, key_block_start
 
 
 @gluon.jit
 def _masked_scores(s, j, full, offs_m, offs_n, diag, sk, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
     """Block j's scores: the causal diagonal on blocks past `full`; without it, the bound Sk on the block crossing it.
-    A block crossing Sk was loaded from key Sk - BLOCK_N (`_ws_producer`, when Sk >= BLOCK_N): its keys below
+    A block crossing Sk was loaded from key Sk - BLOCK_N (`key_block_start`, when Sk >= BLOCK_N): its keys below
     j * BLOCK_N were seen by block j - 1 and are masked here."""
     lo = j * BLOCK_N
-    cols = gl.minimum(lo, gl.maximum(sk - BLOCK_N, 0)) + offs_n
+    cols = key_block_start(j, sk, BLOCK_N) + offs_n
     if CAUSAL:
         if lo >= full:  # keys past Sk lie above the diagonal of every stored row
             s = gl.where((cols[None, :] <= offs_m[:, None] + diag) & (cols[None, :] >= lo), s, float("-inf"))
@@ -213,5 +213,5 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                 qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N,
                                 STAGES, CAUSAL, D_VALID)),
             (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
-                            q_row + m0, kv_row, q_col, kv_col, n_blocks, kv_row + sk, HALF_M, BLOCK_N, STAGES)),
+                            q_row + m0, kv_row, q_col, kv_col, n_blocks, sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])

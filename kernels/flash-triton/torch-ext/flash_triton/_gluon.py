@@ -220,25 +220,29 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
 # runs under the other's matmuls, as two 64-row CTAs on one SM do, but from one K/V load.
 # -----------------------------------------------------------------------------------------------------------------
 @gluon.jit
+def key_block_start(j, sk, BLOCK_N: gl.constexpr):
+    """The first key of block j of a sequence of `sk` keys: j * BLOCK_N, except that a block that would cross the
+    sequence's end starts at sk - BLOCK_N instead (when the sequence has that many keys), so it never reads the next
+    sequence's rows (whose inf/NaN would reach P·V as 0·inf). The producer loads from it; the varlen consumers mask
+    the keys of such a block that the block before already saw."""
+    return gl.minimum(j * BLOCK_N, gl.maximum(sk - BLOCK_N, 0))
+
+
+@gluon.jit
 def _ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
-                 q_row, kv_row, q_col, kv_col, n_blocks, kv_end,
+                 q_row, kv_row, q_col, kv_col, n_blocks, sk,
                  HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """TMA loads of the Q tile and the key blocks. `kv_end`: the row past the sequence's last key. A block that would
-    cross it is loaded from `kv_end - BLOCK_N` instead (when the sequence has that many keys), so it never reads the
-    next sequence's rows (whose inf/NaN would reach P·V as 0·inf); the consumers mask the rows already seen."""
+    """TMA loads of the Q tile and the key blocks of a sequence of `sk` keys starting at row `kv_row`
+    (`key_block_start`: the last block stays inside the sequence)."""
     mbarrier.expect(q_bar, 2 * desc_q.block_type.nbytes)
     _tma_load(desc_q, [q_row, q_col], q_bar, q_smem.index(0))
     _tma_load(desc_q, [q_row + HALF_M, q_col], q_bar, q_smem.index(1))
-    last_start = gl.maximum(kv_end - BLOCK_N, kv_row)  # the last block's row, kept inside the sequence
     for j in range(n_blocks):
         slot = j % STAGES
         if j >= STAGES:  # both consumers are done with the block that used this stage last
             mbarrier.wait(kv_empty.index(slot), ((j // STAGES) - 1) & 1)
-        start = gl.minimum(kv_row + j * BLOCK_N, last_start)
-        mbarrier.expect(k_bar.index(slot), desc_k.block_type.nbytes)
-        _tma_load(desc_k, [start, kv_col], k_bar.index(slot), k_smem.index(slot))
-        mbarrier.expect(v_bar.index(slot), desc_v.block_type.nbytes)
-        _tma_load(desc_v, [start, kv_col], v_bar.index(slot), v_smem.index(slot))
+        _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, 0, kv_row + key_block_start(j, sk, BLOCK_N),
+                 kv_col, True, BLOCK_N)
 
 
 @gluon.jit
@@ -337,7 +341,7 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
                         q_row + HALF_M, q_col, m0 + HALF_M, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
                         CAUSAL)),
         (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
-                        q_row, kv_row, q_col, kv_col, n_blocks, kv_row + SK, HALF_M, BLOCK_N, STAGES)),
+                        q_row, kv_row, q_col, kv_col, n_blocks, SK, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
