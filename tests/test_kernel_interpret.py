@@ -397,16 +397,18 @@ def test_gluon_configs_are_refused_by_shape_before_any_compile():
     mod = get_local_kernel(REPO)
     C = mod.Config
     ws = dict(gluon=True, warp_specialize=True)
-    assert mod.gluon_shape_problem(C(128, 64, 4, 2, **ws), 256) is None
-    assert mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 128) is None  # the default at 128: 224 KiB, fits
-    assert "warp-specialized" in mod.gluon_shape_problem(C(64, 64, 4, 3, gluon=True), 256)
-    assert "warp-specialized" in mod.gluon_shape_problem(C(128, 64, 4, 2, persistent=True, **ws), 256)
-    assert "448 KiB of shared memory" in mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 256)
-    assert "288 KiB of shared memory" in mod.gluon_shape_problem(C(128, 128, 4, 4, **ws), 128)
-    assert "registers" in mod.gluon_shape_problem(C(128, 128, 4, 1, **ws), 256)
-    assert mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 80) is None  # zero-padded to 128: D=128's budget
-    assert "warp-specialized" in mod.gluon_shape_problem(C(64, 64, 4, 3, gluon=True), 96)
-    assert "head dims 64, 80, 96, 128, 256 (got 72" in mod.gluon_shape_problem(C(128, 64, 4, 2, **ws), 72)
+    assert mod.gluon_shape_problem(C(128, 64, 4, 2, **ws), 256, "heads") is None
+    assert mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 128, "heads") is None  # the default at 128: 224 KiB, fits
+    assert "warp-specialized" in mod.gluon_shape_problem(C(64, 64, 4, 3, gluon=True), 256, "heads")
+    assert "warp-specialized" in mod.gluon_shape_problem(C(128, 64, 4, 2, persistent=True, **ws), 256, "heads")
+    assert "448 KiB of shared memory" in mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 256, "heads")
+    assert "288 KiB of shared memory" in mod.gluon_shape_problem(C(128, 128, 4, 4, **ws), 128, "heads")
+    assert "registers" in mod.gluon_shape_problem(C(128, 128, 4, 1, **ws), 256, "heads")
+    assert mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 80, "heads") is None  # zero-padded to 128: D=128's budget
+    assert "warp-specialized" in mod.gluon_shape_problem(C(64, 64, 4, 3, gluon=True), 96, "heads")
+    assert "head dims 64, 80, 96, 128, 256 (got 72" in mod.gluon_shape_problem(C(128, 64, 4, 2, **ws), 72, "heads")
+    assert "next head's" in mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 80, "rows")  # padding = next head
+    assert mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 128, "rows") is None
 
 
 @pytest.mark.parametrize("make, words", [

@@ -108,3 +108,21 @@ def head_dim_problem(d: int) -> str:
     return (f"head dim {d} is not supported; flash-triton is built and tuned for head dims "
             f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))} (tile shapes and shared memory are sized for them; nearest "
             f"supported: {nearest}; a model with head dim {d} needs another backend, e.g. SDPA)")
+
+
+def _heads_major(t: torch.Tensor) -> bool:
+    """A `[B, S, H, D]` view of a contiguous `[B, H, S, D]` tensor (PyTorch's attention layout, transposed)."""
+    return t.transpose(1, 2).is_contiguous()
+
+
+def tma_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """How TMA can read these `[B, S, H, D]` tensors: "rows" (all contiguous: 2-D `[B*S, H*D]`), "heads" (all views
+    of contiguous `[B, H, S, D]`: 2-D `[B*H*S, D]`), or None (other strides: pointer loads). Packed `[total, H, D]`
+    tensors are asked as `[1, total, H, D]` (`_varlen._packed_layout`)."""
+    if any(t.data_ptr() % 16 for t in (q, k, v)):
+        return None  # a TMA descriptor's base must be 16-byte aligned
+    if all(t.is_contiguous() for t in (q, k, v)):
+        return "rows"
+    if all(_heads_major(t) for t in (q, k, v)):
+        return "heads"
+    return None

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
+from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem, tma_layout
 from ._config import INTERPRETED, Config, block_d, default_config, gluon_preferred, gluon_shape_problem
 from ._kernel import attention_fwd
 from ._splits import cdiv
@@ -47,11 +47,6 @@ def varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k) -> str | None:
     if cu_seqlens_q.shape[0] < 1:
         return "cu_seqlens_q must have B + 1 >= 1 entries"
     return device_problem(q)
-
-
-def _tma_ok(cfg: Config, *ts: torch.Tensor) -> bool:
-    """TMA over the 2-D view `[total, H*D]` needs plain contiguous rows and 16-byte aligned bases."""
-    return cfg.use_tma and all(t.is_contiguous() and t.shape[0] > 0 and t.data_ptr() % 16 == 0 for t in ts)
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -77,7 +72,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if cfg.gluon:
         _launch_gluon_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, scale, bool(causal), cfg)
         return out
-    use_tma = _tma_ok(cfg, q, k, v) and block_d(d) == d  # a padded head dim (80, 96): pointer loads
+    # the Triton program's TMA reads the 2-D view [total, H*D] only; a padded head dim (80, 96): pointer loads
+    use_tma = cfg.use_tma and _packed_layout(q, k, v) == "rows" and block_d(d) == d
     if cfg.use_tma != use_tma:
         cfg = dataclasses.replace(cfg, use_tma=use_tma)
     if use_tma:
@@ -115,16 +111,12 @@ def _default_varlen_config(q, k, v, causal: bool) -> Config:
 
 
 def _packed_layout(q, k, v) -> str | None:
-    """How TMA can read packed `[total, H, D]` tensors: "rows" (all contiguous: 2-D `[total, H*D]`), "heads" (all
+    """`tma_layout` of packed `[total, H, D]` tensors: "rows" (all contiguous: 2-D `[total, H*D]`), "heads" (all
     views of contiguous `[H, total, D]` tensors, as transformers' continuous batching passes them: `[H*total, D]`),
-    or None."""
-    if any(t.shape[0] == 0 or t.data_ptr() % 16 for t in (q, k, v)):
+    or None (other strides, or no rows: TMA needs a non-empty tensor)."""
+    if any(t.shape[0] == 0 for t in (q, k, v)):
         return None
-    if all(t.is_contiguous() for t in (q, k, v)):
-        return "rows"
-    if all(t.transpose(0, 1).is_contiguous() for t in (q, k, v)):
-        return "heads"
-    return None
+    return tma_layout(q[None], k[None], v[None])
 
 
 def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
@@ -136,15 +128,11 @@ def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
         return "the Gluon program uses wgmma, which only sm_90 has"
     if not (cfg.warp_specialize and not cfg.persistent and (cfg.block_m, cfg.num_warps) == (128, 4)):
         return "the varlen Gluon program is the warp-specialized one: block_m 128, num_warps 4, not persistent"
-    if _packed_layout(q, k, v) is None:
+    layout = _packed_layout(q, k, v)
+    if layout is None:
         return ("the Gluon program reads 16-byte aligned [total, H, D] tensors through TMA, all contiguous or all "
                 "views of contiguous [H, total, D] ones (these have other strides)")
-    if problem := gluon_shape_problem(cfg, q.shape[-1]):
-        return problem
-    if block_d(q.shape[-1]) != q.shape[-1] and _packed_layout(q, k, v) != "heads":
-        return (f"head dim {q.shape[-1]} on the Gluon program needs [total, H, D] views of contiguous [H, total, D] "
-                "tensors (TMA zero-fills the padding columns past D; in [total, H*D] they are the next head's)")
-    return None
+    return gluon_shape_problem(cfg, q.shape[-1], layout)
 
 
 def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, causal: bool, cfg: Config) -> None:

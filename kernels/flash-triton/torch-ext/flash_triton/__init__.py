@@ -28,7 +28,7 @@ import math
 import torch
 import triton
 
-from ._checks import head_dim_problem, refuse_unsupported
+from ._checks import head_dim_problem, refuse_unsupported, tma_layout
 from ._config import (
     INTERPRETED,
     SUPPORTED_DTYPES,
@@ -72,16 +72,12 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
     """None when the Gluon program (`_gluon.py`) can run these (already checked) inputs with `cfg`, else why not."""
     if q.device.type != "cuda" or INTERPRETED:
         return "the Gluon program needs a CUDA GPU (Gluon has no interpreter)"
-    if problem := gluon_shape_problem(cfg, q.shape[-1]):
-        return problem
     layout = tma_layout(q, k, k)  # v is checked by `attention`
+    if problem := gluon_shape_problem(cfg, q.shape[-1], layout):
+        return problem
     if layout is None:
         return ("the Gluon program reads q, k, v through TMA as contiguous [B, S, H, D] tensors or as [B, S, H, D] "
                 "views of contiguous [B, H, S, D] ones (these have other strides)")
-    if block_d(q.shape[-1]) != q.shape[-1] and layout != "heads":
-        return (f"head dim {q.shape[-1]} on the Gluon program needs [B, S, H, D] views of contiguous [B, H, S, D] "
-                "tensors (read as [B*H*S, D], TMA zero-fills the padding columns; in [B*S, H*D] they are the next "
-                "head's)")
     if cfg.persistent and layout == "heads":
         return "the persistent Gluon program reads [B, S, H, D]-contiguous tensors only (these are [B, H, S, D] views)"
     major, minor = torch.cuda.get_device_capability(q.device)
@@ -111,23 +107,6 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
                 f"(got {sq}, {sk}): its TMA tiles never cross a sequence end")
     if causal and sq > sk:
         return f"the Gluon program needs Sq <= Sk when causal (got {sq} > {sk}): it has no rows that see no key"
-    return None
-
-
-def _heads_major(t: torch.Tensor) -> bool:
-    """A `[B, S, H, D]` view of a contiguous `[B, H, S, D]` tensor (PyTorch's attention layout, transposed)."""
-    return t.transpose(1, 2).is_contiguous()
-
-
-def tma_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
-    """How TMA can read these `[B, S, H, D]` tensors: "rows" (all contiguous: 2-D `[B*S, H*D]`), "heads" (all views
-    of contiguous `[B, H, S, D]`: 2-D `[B*H*S, D]`), or None (other strides: pointer loads)."""
-    if any(t.data_ptr() % 16 for t in (q, k, v)):
-        return None  # a TMA descriptor's base must be 16-byte aligned
-    if all(t.is_contiguous() for t in (q, k, v)):
-        return "rows"
-    if all(_heads_major(t) for t in (q, k, v)):
-        return "heads"
     return None
 
 

@@ -64,9 +64,9 @@ _TUNED = {
 }
 
 
-def gluon_shape_problem(cfg: Config, head_dim: int) -> str | None:
-    """None when the Gluon program `cfg` names can be built at this head dim, else why not (shared by the dense and
-    packed entry points)."""
+def gluon_shape_problem(cfg: Config, head_dim: int, layout: str | None) -> str | None:
+    """None when the Gluon program `cfg` names can be built at this head dim for tensors in this TMA `layout`
+    (`tma_layout`), else why not (shared by the dense and packed entry points)."""
     if head_dim not in GLUON_HEAD_DIMS:
         return (f"the Gluon programs are built for head dims {', '.join(map(str, GLUON_HEAD_DIMS))} (got {head_dim}: "
                 "the Triton program takes it)")
@@ -82,6 +82,10 @@ def gluon_shape_problem(cfg: Config, head_dim: int) -> str | None:
         if cfg.block_n * width > 16384:
             return (f"block_n {cfg.block_n} x head dim {width} > 16384: a consumer's scores and accumulator would "
                     "not stay in its registers")
+    if width != head_dim and layout != "heads":
+        return (f"head dim {head_dim} on the Gluon program needs head-major storage ([B, S, H, D] views of contiguous "
+                "[B, H, S, D] tensors; packed, [total, H, D] views of [H, total, D]): TMA zero-fills the padding "
+                "columns past D there, in the token-major layout they are the next head's")
     return None
 
 
