@@ -53,7 +53,7 @@ def tma_desc(t: torch.Tensor, block: int, heads_in_rows: bool):
     D lie outside the tensor, so TMA loads them as zeros (the programs then compute on a zero-padded 128-wide head)
     and a TMA store drops them. In `[B*S, H*D]` they would be the next head's columns: refused."""
     d = t.shape[-1]
-    box = 1 << (d - 1).bit_length()
+    box = 1 << (d - 1).bit_length()  # `_config.block_d`: this module is also compiled standalone, by path
     layout = _smem_layout(block, box, t.dtype == torch.bfloat16)
     if heads_in_rows:
         return TensorDescriptor(t, [t.shape[0] * t.shape[2] * t.shape[1], d], [d, 1], [block, box], layout)
