@@ -244,7 +244,7 @@ def run(variant: Variant, workload: Workload, inputs: Inputs | None = None, *, s
 def _measure(variant: Variant, workload: Workload, inputs: Inputs | None, seed: int, got: _Measured, *,
              reference: Reference | None, gate: Gate | None, watched: bool, profile: Path | None, steps: int,
              memory: bool, reps: int | None, warmup: int, l2_flush: bool, warm: bool, keep_output: bool,
-             cuda_graph: bool = False) -> None:
+             cuda_graph: bool) -> None:
     device = workload.device
     cuda = device.startswith("cuda")
     inputs = inputs if inputs is not None else workload.make_inputs(seed)
