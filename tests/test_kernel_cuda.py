@@ -120,19 +120,27 @@ def test_views_of_the_heads_major_layout_match_oracle(mod, case, path):
 @pytest.mark.parametrize("case", [(2, 16, 4, 1024, 1024, True), (2, 8, 8, 1000, 1000, False), (1, 8, 2, 300, 2048, True),
                                   (4, 8, 2, 1, 3000, True)], ids=["causal", "full-ragged", "gqa-sq<sk", "decode"])
 def test_head_dims_beyond_64_and_128_match_oracle(mod, case, d):
-    """80 and 96 (padded to 128 columns, pointer loads), 256 (TMA, smaller key tiles); the Gluon programs refuse
-    them with the reason, the Triton program takes them; decode shapes go to the decode program."""
+    """The default path of head dims 80, 96 and 256 in both layouts (TUNING.md step 12): 80 and 96 on the Gluon
+    program's zero-padded tiles from [B, S, H, D] views of [B, H, S, D] tensors (its varlen form when ragged), on the
+    Triton program from contiguous [B, S, H, D] ones (the padding columns would be the next head's); 256 on the
+    Gluon program's 128x64 tiles at aligned lengths, on the Triton program when ragged; decode shapes on the decode
+    program."""
     b, hq, hkv, sq, sk, causal = case
     w = Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype="bf16", causal=causal,
                  device="cuda")
     inputs = w.make_inputs(seed=d + sq)
     ref = reference_attention(inputs)
     eager = naive_attention(inputs).double()
-    q, k, v = (t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v))
-    assert not getattr(mod.choose_config(q, k, causal), "gluon", False)
-    out = mod.flash_attn_func(q, k, v, softmax_scale=inputs.scale, causal=causal).transpose(1, 2)
-    err, base = rel_err(out, ref), rel_err(eager, ref)
-    assert err <= 2 * base, f"kernel error {err:.3g} > 2 x eager error {base:.3g}"
+    sm90 = torch.cuda.get_device_capability() == (9, 0)
+    decode = sq * (hq // hkv) <= 64
+    aligned = sq % 128 == 0 and sk % 128 == 0 and not (causal and sq > sk)
+    for layout, (q, k, v) in (("rows", tuple(t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))),
+                              ("heads", tuple(t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v)))):
+        gluon = sm90 and not decode and (layout == "heads" if d != 256 else aligned)
+        assert getattr(mod.choose_config(q, k, causal), "gluon", False) == gluon, (layout, mod.choose_config(q, k, causal))
+        out = mod.flash_attn_func(q, k, v, softmax_scale=inputs.scale, causal=causal).transpose(1, 2)
+        err, base = rel_err(out, ref), rel_err(eager, ref)
+        assert err <= 2 * base, f"{layout}: kernel error {err:.3g} > 2 x eager error {base:.3g}"
 
 
 @pytest.mark.parametrize("d", [80, 96, 256])
@@ -140,8 +148,8 @@ def test_head_dims_beyond_64_and_128_match_oracle(mod, case, d):
 @pytest.mark.parametrize("case", [(2, 16, 4, 1024, 1024, True), (2, 8, 8, 1000, 1000, False), (1, 8, 2, 256, 2048, True)],
                          ids=["causal", "full-ragged", "gqa-sq<sk"])
 def test_head_dims_80_96_256_on_the_warp_specialized_gluon_program(mod, case, varlen, d):
-    """Head dims 80, 96 (zero-padded 128-wide tiles over [B*H*S, D] views) and 256 on the Gluon program, by explicit
-    config: not a default until measured (TUNING.md step 12)."""
+    """Head dims 80, 96 (zero-padded 128-wide tiles over [B*H*S, D] views) and 256 on the Gluon program, dense and
+    varlen form by explicit config (the default takes the dense form, and the varlen one for ragged 80 and 96)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon program is sm_90 only")
     b, hq, hkv, sq, sk, causal = case
@@ -206,6 +214,15 @@ def test_default_dispatch_takes_the_gluon_program_where_it_runs(mod):
     assert not mod.choose_config(short64, short64, True).gluon  # head dim 64 below 8k keys: Triton measured faster
     assert mod.choose_config(short64, short64, False).label() == "64x128 w4 s2 tma gluon"
     assert not mod.choose_config(short64[:, :1000], short64[:, :1000], False).gluon  # ragged, not causal: Triton
+    heads96 = torch.empty(1, 8, 2048, 96, device="cuda", dtype=torch.bfloat16).transpose(1, 2)  # [B, S, H, D] view
+    assert mod.choose_config(heads96, heads96, True).label() == "128x128 w4 s3 tma ws gluon"  # zero-padded tiles
+    ragged96 = torch.empty(1, 8, 1000, 96, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    assert mod.choose_config(ragged96, ragged96, True).label() == "128x128 w4 s3 tma ws gluon varlen"
+    rows96 = heads96.contiguous()  # the padding columns would be the next head's: the Triton program
+    assert not mod.choose_config(rows96, rows96, True).gluon
+    d256 = torch.empty(1, 2048, 8, 256, device="cuda", dtype=torch.bfloat16)
+    assert mod.choose_config(d256, d256, False).label() == "128x64 w4 s2 tma ws gluon"
+    assert not mod.choose_config(d256[:, :1000], d256[:, :1000], True).gluon  # ragged 256: the Triton program
 
 
 @pytest.mark.parametrize("layout", ["rows", "heads"])

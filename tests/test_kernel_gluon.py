@@ -41,7 +41,7 @@ def _source(fn, sig, const):
 
 
 def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
-                 ws: bool = False, persistent: bool = False, heads_in_rows: bool = False):
+                 ws: bool = False, persistent: bool = False, heads_in_rows: bool = False, joint: bool = False):
     mod = _module()
     fn = mod.attention_fwd_sm90_wsp if persistent else mod.attention_fwd_sm90_ws if ws else mod.attention_fwd_sm90
     q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
@@ -56,8 +56,9 @@ def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: 
     sig.update({k: v for k, v in args.items() if k in sig})  # the persistent form stores O through a pointer
     const = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal,
                  num_warps=warps)
-    if heads_in_rows:  # [B, S, H, D] views of [B, H, S, D] tensors: descriptors over [B*H*S, D]
-        const["HEADS_IN_ROWS"] = True
+    # the programs' defaulted constexprs, as the launcher passes them (HEADS_IN_ROWS: [B, S, H, D] views of
+    # [B, H, S, D] tensors, descriptors over [B*H*S, D]; JOINT_RELEASE: the K/V release of TUNING.md step 12)
+    const.update({k: v for k, v in (("HEADS_IN_ROWS", heads_in_rows), ("JOINT_RELEASE", joint)) if k in fn.arg_names})
     sig.update({k: "constexpr" for k in const})
     kernel = triton.compile(_source(fn, sig, const), target=GPUTarget("cuda", 90, 32),
                             options=dict(num_warps=warps))
@@ -103,6 +104,21 @@ def test_warp_specialized_form_compiles_with_register_handoff_and_no_spills(shap
     local = int(re.search(r"LOCAL:(\d+)", usage).group(1))
     assert stack == 0 and local == 0, f"register spills: {usage.strip()}"
     assert kernel.metadata.shared <= SMEM_PER_SM
+
+
+def test_consumers_release_keys_after_qk_and_values_after_pv(tmp_path):
+    """TUNING.md step 13: each consumer warpgroup arrives on a stage's `k_empty` once its QKᵀ is done and on its
+    `v_empty` after P·V, so the producer refills K a whole P·V earlier; the 2-stage head-dim-256 tiles had the TMA
+    latency of every refill in the loop. `JOINT_RELEASE` keeps the schedule before (one arrival, after P·V)."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    arrivals = {}
+    for joint in (False, True):
+        _, sass, _ = compile_sm90(128, 64, 256, 4, 2, True, tmp_path, ws=True, joint=joint)
+        arrivals[joint] = sass.count("SYNCS.ARRIVE.TRANS64.A1T0")  # mbarrier.arrive(count=1)
+        assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass
+    # per consumer: block 0's keys, then block j's keys and block j-1's values in the loop; joint: one per loop trip
+    assert arrivals == {False: 6, True: 2}
 
 
 @pytest.mark.parametrize("ws", [False, True], ids=["one-warpgroup", "warp-specialized"])

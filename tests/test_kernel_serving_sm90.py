@@ -147,7 +147,8 @@ def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows,
     sig.update(desc_q=desc(64), desc_k=desc(block_n), desc_v=desc(block_n), O="*bf16", qk_scale="fp32",
                CuSeqQ="*i32", CuSeqK="*i32")
     const = dict(HEAD_DIM=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
-                 HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid)  # valid 80/96: zero-padded 128-wide tiles
+                 HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid,  # valid 80/96: zero-padded 128-wide tiles
+                 JOINT_RELEASE=False)
     if dense:
         const.update(CuSeqQ=None, CuSeqK=None)  # not read: every sequence has SQ queries and SK keys
     sig.update({k: "constexpr" for k in const})

@@ -97,10 +97,21 @@ ROUND = {"1": "broad: BLOCK_M 128 x BLOCK_N 64/128 x warps 4/8 x stages 2/3/4 (T
          "7": "the warp-specialized Gluon program made persistent (one CTA per SM walks the tiles)",
          "10": "head dims 256 (TMA tiles and warps) and 80/96 (padded to 128 columns, pointer loads)",
          "11": "non-causal and short sequences on the Gluon programs; ragged lengths through the varlen Gluon one",
-         "12": "head dim 256 on the warp-specialized Gluon program (128x64 tiles, 2 stages) against the Triton one"}
+         "12": "head dim 256 on the warp-specialized Gluon program (128x64 tiles, 2 stages) against the Triton one",
+         "13": "the warp-specialized Gluon programs with K released after QK^T and V after P V, against the joint "
+               "release before (joint), per head dim"}
 
 
 def candidates(mod, d: int, round_: str = "1") -> list:
+    if round_ == "13":  # timed on views, as round 12; "joint": the schedule before (one release after P V)
+        C = mod.Config
+        ws = dict(gluon=True, warp_specialize=True)
+        if d == 256:
+            return [C(128, 64, 4, 2, joint_release=True, **ws), C(128, 64, 4, 2, **ws), C(128, 32, 4, 3, **ws),
+                    C(128, 64, 4, 2, varlen=True, **ws)]
+        out = [C(128, 128, 4, 3, joint_release=True, **ws), C(128, 128, 4, 3, **ws), C(128, 128, 4, 2, **ws),
+               C(128, 128, 4, 3, varlen=True, **ws)]
+        return out if d != 64 else [C(64, 128, 4, 2, True), C(64, 128, 4, 2, gluon=True)] + out
     if round_ == "12":  # timed on [B, S, H, D] views of [B, H, S, D] tensors (80, 96 need them on Gluon)
         C = mod.Config
         ws = dict(gluon=True, warp_specialize=True)
@@ -194,7 +205,7 @@ def main() -> int:
     heads = 16
     result = {"round": ROUND[args.round], "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "argv": sys.argv}
-    views = args.round == "12"  # head dims 80, 96 run on Gluon only from [B, H, S, D] storage
+    views = args.round in ("12", "13")  # head dims 80, 96 run on Gluon only from [B, H, S, D] storage
     result["check_default"] = check(mod, {}, views)
     print("check default:", sum(r["ok"] for r in result["check_default"]), "/", len(result["check_default"]),
           flush=True)
@@ -208,7 +219,7 @@ def main() -> int:
     for d, causal, (b, s) in ((d, c, sh) for d in head_dims for c in causals for sh in shapes):
         q, k, v = (torch.randn(b, s, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
-        if args.round == "12":  # the Gluon program takes head dims 80, 96 only from [B, H, S, D] storage
+        if views:  # the Gluon program takes head dims 80, 96 only from [B, H, S, D] storage
             q, k, v = (t.transpose(1, 2) for t in (qh, kh, vh))
         cell = {"d": d, "b": b, "s": s, "causal": causal}
 
@@ -252,7 +263,7 @@ def main() -> int:
     result["winners"] = winners
     cfg_of = {c.label(): c for d in head_dims for c in candidates(mod, d, args.round)}
     result["check_winners"] = check(mod, {d: [cfg_of[w]] for d, w in winners.items()}, views)
-    if args.round in ("5", "6", "7", "11", "12"):  # new programs: every candidate on the full case list, not just the winners
+    if args.round in ("5", "6", "7", "11", "12", "13"):  # new programs: every candidate on the full case list, not just the winners
         result["check_all"] = check(mod, {d: candidates(mod, d, args.round) for d in head_dims}, views)
     (args.out / "tune.json").write_text(json.dumps(result, indent=1))
 

@@ -229,29 +229,36 @@ def key_block_start(j, sk, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
+def _ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                  q_row, kv_row, q_col, kv_col, n_blocks, sk,
                  HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     """TMA loads of the Q tile and the key blocks of a sequence of `sk` keys starting at row `kv_row`
-    (`key_block_start`: the last block stays inside the sequence)."""
+    (`key_block_start`: the last block stays inside the sequence). A stage's K and V are refilled separately, each
+    as soon as both consumers released it (`k_empty` after their QKᵀ, `v_empty` after their P·V: TUNING.md step 13;
+    under `JOINT_RELEASE` both are the same barriers, which the consumers arrive on once, after P·V)."""
     mbarrier.expect(q_bar, 2 * desc_q.block_type.nbytes)
     _tma_load(desc_q, [q_row, q_col], q_bar, q_smem.index(0))
     _tma_load(desc_q, [q_row + HALF_M, q_col], q_bar, q_smem.index(1))
     for j in range(n_blocks):
         slot = j % STAGES
-        if j >= STAGES:  # both consumers are done with the block that used this stage last
-            mbarrier.wait(kv_empty.index(slot), ((j // STAGES) - 1) & 1)
-        _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, 0, kv_row + key_block_start(j, sk, BLOCK_N),
-                 kv_col, True, BLOCK_N)
+        row = kv_row + key_block_start(j, sk, BLOCK_N)
+        if j >= STAGES:  # both consumers are done with the keys of the block that used this stage last
+            mbarrier.wait(k_empty.index(slot), ((j // STAGES) - 1) & 1)
+        mbarrier.expect(k_bar.index(slot), desc_k.block_type.nbytes)
+        _tma_load(desc_k, [row, kv_col], k_bar.index(slot), k_smem.index(slot))
+        if j >= STAGES:  # ... and with its values
+            mbarrier.wait(v_empty.index(slot), ((j // STAGES) - 1) & 1)
+        mbarrier.expect(v_bar.index(slot), desc_v.block_type.nbytes)
+        _tma_load(desc_v, [row, kv_col], v_bar.index(slot), v_smem.index(slot))
 
 
 @gluon.jit
-def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, qk_scale,
+def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                  o_row, q_col, m0, diag, n_blocks,
                  HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                 CAUSAL: gl.constexpr):
+                 CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr):
     """64 rows of the tile (rows m0 ...), one warpgroup: the schedule of `attention_fwd_sm90`, with the stage
-    released to the producer (`kv_empty`) instead of refilled. Both halves walk the same `n_blocks` (the lower
+    released to the producer (`k_empty`, `v_empty`: `_ws_producer`) instead of refilled. Both halves walk the same `n_blocks` (the lower
     half's last blocks are fully masked for the upper half: probabilities 0, running max unchanged)."""
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -272,6 +279,8 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, 
     mbarrier.wait(k_bar.index(0), 0)
     s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=[s])
+    if not JOINT_RELEASE:
+        mbarrier.arrive(k_empty.index(0), count=1)  # this warpgroup is done with block 0's keys
     s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
     p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
@@ -283,11 +292,13 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, 
         s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-        s = warpgroup_mma_wait(1, deps=[s])
+        s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
+        if not JOINT_RELEASE:
+            mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
         s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
         p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
         acc = warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(kv_empty.index(prev), count=1)  # this warpgroup is done with block j-1's stage
+        mbarrier.arrive(v_empty.index(prev), count=1)  # ... and with block j-1's values
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
 
     last = (n_blocks - 1) % STAGES
@@ -302,15 +313,43 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, 
 
 
 @gluon.jit
+def _ws_buffers(desc_q, desc_k, desc_v, HALF_M: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                STAGES: gl.constexpr, JOINT_RELEASE: gl.constexpr):
+    """Shared memory and barriers of the warp-specialized programs (dense and varlen): the two Q halves, the K/V
+    stages, their `full` barriers (one TMA transaction each) and their `empty` barriers (one arrival per consumer
+    warpgroup; a single set for K and V under `JOINT_RELEASE`)."""
+    dtype: gl.constexpr = desc_q.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_DIM], desc_q.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bar.index(i), count=1)
+        mbarrier.init(v_bar.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)
+    if JOINT_RELEASE:
+        v_empty = k_empty
+    else:
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(v_empty.index(i), count=2)
+    return q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty
+
+
+@gluon.jit
 def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK,
                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
-                          HEADS_IN_ROWS: gl.constexpr = False):
+                          HEADS_IN_ROWS: gl.constexpr = False, JOINT_RELEASE: gl.constexpr = False):
     """grid = (Sq / BLOCK_M, B * H); BLOCK_M = 128 (two consumer warpgroups of 64 rows), num_warps = 4 (the default
     partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows.
-    `HEADS_IN_ROWS`: as in `attention_fwd_sm90`."""
+    `HEADS_IN_ROWS`: as in `attention_fwd_sm90`. `JOINT_RELEASE`: a K/V stage is released once, after P·V (the
+    schedule before TUNING.md step 13, kept to measure against)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
-    dtype: gl.constexpr = desc_q.dtype
     m0, q_row, kv_row, q_col, kv_col = _program_tile(H, GROUPS, SQ, SK, HEAD_DIM, BLOCK_M, CAUSAL, HEADS_IN_ROWS)
     diag = SK - SQ
     if CAUSAL:
@@ -320,27 +359,15 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
     n_blocks = gl.cdiv(end, BLOCK_N)
     # setmaxnreg budget (64K registers, 3 warpgroups): the consumers take what the producer warp does not need
     CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
-
-    q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_DIM], desc_q.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_bar.index(i), count=1)
-        mbarrier.init(v_bar.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=2)  # one arrival per consumer warpgroup
-
+    q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty = _ws_buffers(
+        desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, JOINT_RELEASE)
     gl.warp_specialize([
-        (_ws_consumer, (desc_o, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, qk_scale,
-                        q_row, q_col, m0, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL)),
-        (_ws_consumer, (desc_o, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, qk_scale,
+        (_ws_consumer, (desc_o, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
+                        q_row, q_col, m0, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE)),
+        (_ws_consumer, (desc_o, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                         q_row + HALF_M, q_col, m0 + HALF_M, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
-                        CAUSAL)),
-        (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
+                        CAUSAL, JOINT_RELEASE)),
+        (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                         q_row, kv_row, q_col, kv_col, n_blocks, SK, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
 

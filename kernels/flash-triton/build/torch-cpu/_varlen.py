@@ -148,7 +148,7 @@ def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, c
         tma_desc(v[None], cfg.block_n, heads), out, out.stride(0),
         scale * math.log2(math.e), hq, hq // hkv, cu_q, cu_k, q.shape[0], k.shape[0],
         HEAD_DIM=block_d(d), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-        num_warps=cfg.num_warps, HEADS_IN_ROWS=heads, HEAD_DIM_VALID=d,
+        num_warps=cfg.num_warps, HEADS_IN_ROWS=heads, HEAD_DIM_VALID=d, JOINT_RELEASE=cfg.joint_release,
     )
 
 

@@ -15,10 +15,9 @@ import triton
 from ._kernel import attention_fwd
 
 SUPPORTED_HEAD_DIMS = (64, 80, 96, 128, 256)
-# The hand-scheduled sm_90 programs: their tiles and register budget are sized for these. By explicit config only,
-# on the warp-specialized program (compiled for sm_90 on the CPU without spills, not yet run on a GPU, so
-# `gluon_preferred` never picks them; TUNING.md step 12): 256 (its [128, 256] accumulator needs both consumer
-# warpgroups) and 80, 96 (zero-padded 128-wide tiles, read from `[B*H*S, D]` views where TMA fills the padding).
+# The hand-scheduled sm_90 programs: their tiles and register budget are sized for these; 80 and 96 run on the
+# warp-specialized program's zero-padded 128-wide tiles (read from `[B*H*S, D]` views, where TMA fills the padding),
+# 256 on its 128x64 tiles with 2 stages (TUNING.md steps 12 and 13).
 GLUON_HEAD_DIMS = (64, 80, 96, 128, 256)
 SMEM_PER_CTA = 232448  # H100/H200: the most shared memory one CTA may allocate (227 KiB)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -44,12 +43,15 @@ class Config:
     persistent: bool = False  # that form with one CTA per SM walking the tiles (the producer runs into the next tile)
     varlen: bool = False  # a dense call through that form's varlen program (`_gluon_varlen.py`): any lengths, the
     # sequence ends masked (the dense Gluon programs need lengths that are multiples of the tile)
+    joint_release: bool = False  # that form's schedule before TUNING.md step 13: a K/V stage refilled only after
+    # both its K and V were used (now K is released after QKᵀ, V after P·V); kept to measure against
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
                 + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else "") + (" px" if self.poly_exp else "")
                 + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else "")
-                + (" persistent" if self.persistent else "") + (" varlen" if self.varlen else ""))
+                + (" persistent" if self.persistent else "") + (" varlen" if self.varlen else "")
+                + (" joint" if self.joint_release else ""))
 
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+. 80 and 96 run padded to
@@ -92,19 +94,24 @@ def gluon_shape_problem(cfg: Config, head_dim: int, layout: str | None) -> str |
 # The warp-specialized Gluon program (TUNING.md step 6): a 128-row tile, two consumer warpgroups, a TMA producer warp.
 GLUON_WS = Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
 GLUON_WS_VARLEN = dataclasses.replace(GLUON_WS, varlen=True)
+GLUON_WS_256 = dataclasses.replace(GLUON_WS, block_n=64, num_stages=2)  # [128, 256] Q + 2 x 2 x [64, 256]: 192 KiB
 GLUON_64_FULL = Config(block_m=64, block_n=128, num_warps=4, num_stages=2, gluon=True)  # one warpgroup, 64x128 tiles
 
 
 def gluon_preferred(head_dim: int, causal: bool, sk: int, aligned: bool) -> Config | None:
     """The Gluon program measured faster than the Triton one for this head dim, mask and key length on the H200, or
     None (the Triton program). `aligned`: the lengths are multiples of the tile, so the dense Gluon programs take
-    them; otherwise the varlen form masks the ends. From TUNING.md steps 6 and 11 (× SDPA auto, the Triton program
-    in parentheses): head dim 128, causal 0.90-1.08 (0.80-0.89), not causal 0.88-1.00 (0.70-0.78), ragged 0.95-0.97
-    (0.86-0.88); head dim 64: causal only from 8k keys (1.01-1.04 against 0.96-0.98; below it the Triton program
-    wins, 0.87-0.94 against 0.79-0.90), ragged causal 0.90 (0.79), not causal the one-warpgroup Gluon program
-    0.92-0.98 (0.91-0.94); ragged not causal stays on the Triton program (1.07 against 1.01)."""
-    if head_dim == 128:
+    them; otherwise the varlen form masks the ends. From TUNING.md steps 6, 11 and 12 (× SDPA auto, the Triton
+    program in parentheses): head dim 128, causal 0.90-1.08 (0.80-0.89), not causal 0.88-1.00 (0.70-0.78), ragged
+    0.95-0.97 (0.86-0.88); head dim 64: causal only from 8k keys (1.01-1.04 against 0.96-0.98; below it the Triton
+    program wins, 0.87-0.94 against 0.79-0.90), ragged causal 0.90 (0.79), not causal the one-warpgroup Gluon
+    program 0.92-0.98 (0.91-0.94); ragged not causal stays on the Triton program (1.07 against 1.01); head dims 80
+    and 96 on zero-padded 128-wide tiles 0.95-1.02 (0.64-0.73), their varlen form 0.89-0.99; head dim 256 on 128x64
+    tiles 0.73-0.78 (0.70-0.73), ragged on the Triton program (the varlen form 0.68-0.74)."""
+    if head_dim in (128, 96, 80):
         return GLUON_WS if aligned else GLUON_WS_VARLEN
+    if head_dim == 256:
+        return GLUON_WS_256 if aligned else None
     if head_dim == 64 and causal:
         if not aligned:
             return GLUON_WS_VARLEN

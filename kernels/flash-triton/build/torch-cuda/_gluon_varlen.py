@@ -27,7 +27,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._gluon import _ws_producer, key_block_start
+from ._gluon import _ws_buffers, _ws_producer, key_block_start
 
 
 @gluon.jit
@@ -64,10 +64,10 @@ def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.
 
 
 @gluon.jit
-def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty, qk_scale,
+def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                      o_row, o_col, m0, sq, sk, n_blocks,
                      HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                     CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr):
+                     CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr, JOINT_RELEASE: gl.constexpr):
     """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores; only
     the first HEAD_DIM_VALID columns are stored (a head dim of 80 or 96 computed on zero-padded 128-wide tiles)."""
     dtype: gl.constexpr = q_tile.dtype
@@ -90,6 +90,8 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
     mbarrier.wait(k_bar.index(0), 0)
     s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=[s])
+    if not JOINT_RELEASE:
+        mbarrier.arrive(k_empty.index(0), count=1)  # this warpgroup is done with block 0's keys
     s = _masked_scores(s, 0, full, offs_m, offs_n, diag, sk, CAUSAL, BLOCK_N)
     p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
@@ -101,11 +103,13 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-        s = warpgroup_mma_wait(1, deps=[s])
+        s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
+        if not JOINT_RELEASE:
+            mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
         s = _masked_scores(s, j, full, offs_m, offs_n, diag, sk, CAUSAL, BLOCK_N)
         p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
         acc = warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(kv_empty.index(prev), count=1)
+        mbarrier.arrive(v_empty.index(prev), count=1)  # this warpgroup is done with block j-1's values
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
 
     last = (n_blocks - 1) % STAGES
@@ -128,7 +132,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                                  DENSE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False,
-                                 HEAD_DIM_VALID: gl.constexpr = 0):
+                                 HEAD_DIM_VALID: gl.constexpr = 0, JOINT_RELEASE: gl.constexpr = False):
     """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
     desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
 
@@ -140,10 +144,9 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
     (what transformers' continuous batching passes), read as `[H*total, D]`; SQ and SK are then the packed totals of
     q and k rows (a head's first row); O is still `[total_q, H*D]` contiguous.
     `HEAD_DIM_VALID` (0: HEAD_DIM): the real head dim when HEAD_DIM is its power-of-two padding (80, 96 -> 128, views
-    `[B*H*S, D]` / `[H*total, D]` only: TMA zero-fills the columns past D, the store keeps the first D)."""
+    `[B*H*S, D]` / `[H*total, D]` only: TMA zero-fills the columns past D, the store keeps the first D). `JOINT_RELEASE`: as in `attention_fwd_sm90_ws`."""
     D_VALID: gl.constexpr = HEAD_DIM if HEAD_DIM_VALID == 0 else HEAD_DIM_VALID
     HALF_M: gl.constexpr = BLOCK_M // 2
-    dtype: gl.constexpr = desc_q.dtype
     if CAUSAL:
         start_m = gl.num_programs(0) - 1 - gl.program_id(0)
     else:
@@ -193,25 +196,15 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
             end = sk
         n_blocks = gl.maximum(gl.cdiv(end, BLOCK_N), 1)  # >= 1: a tile whose rows see no key still runs (zeros)
         CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
-        q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_DIM], desc_q.layout)
-        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
-        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
-        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_bar, count=1)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(k_bar.index(i), count=1)
-            mbarrier.init(v_bar.index(i), count=1)
-            mbarrier.init(kv_empty.index(i), count=2)
+        q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty = _ws_buffers(
+            desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, JOINT_RELEASE)
         gl.warp_specialize([
-            (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
+            (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
-                                CAUSAL, D_VALID)),
-            (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
+                                CAUSAL, D_VALID, JOINT_RELEASE)),
+            (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N,
-                                STAGES, CAUSAL, D_VALID)),
-            (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, kv_empty,
+                                STAGES, CAUSAL, D_VALID, JOINT_RELEASE)),
+            (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                             q_row + m0, kv_row, q_col, kv_col, n_blocks, sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])

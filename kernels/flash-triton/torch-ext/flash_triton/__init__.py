@@ -91,6 +91,8 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
         return "persistent and varlen need the warp-specialized Gluon program (warp_specialize=True)"
     if cfg.persistent and cfg.varlen:
         return "the varlen Gluon program is not persistent"
+    if cfg.joint_release and (cfg.persistent or not cfg.warp_specialize):
+        return "joint_release is an option of the warp-specialized Gluon program (not persistent)"
     if cfg.warp_specialize and (cfg.block_m, cfg.num_warps) != (128, 4):
         return (f"the warp-specialized Gluon program takes block_m 128 with num_warps 4 (two consumer warpgroups of "
                 f"64 rows and a producer warp), got {cfg.block_m} with {cfg.num_warps} warps")
@@ -283,6 +285,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
             hq, hq // hkv, None, None, sq, sk,
             HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
             num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
+            JOINT_RELEASE=cfg.joint_release,
         )
         return
     if cfg.persistent:
@@ -297,6 +300,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         )
         return
     program = attention_fwd_sm90_ws if cfg.warp_specialize else attention_fwd_sm90
+    ws_only = {"JOINT_RELEASE": cfg.joint_release} if cfg.warp_specialize else {}
     q_rows = cfg.block_m // 2 if cfg.warp_specialize else cfg.block_m  # each consumer warpgroup loads its half
     grid = (sq // cfg.block_m, b * hq)
     program[grid](
@@ -304,7 +308,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         tma_desc(v, cfg.block_n, heads_in_rows), tma_desc(out, q_rows, heads_in_rows),
         scale2, hq, hq // hkv, sq, sk,
         HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-        num_warps=cfg.num_warps, HEADS_IN_ROWS=heads_in_rows,
+        num_warps=cfg.num_warps, HEADS_IN_ROWS=heads_in_rows, **ws_only,
     )
 
 
