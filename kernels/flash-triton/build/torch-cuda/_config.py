@@ -94,30 +94,34 @@ def gluon_shape_problem(cfg: Config, head_dim: int, layout: str | None) -> str |
 # The warp-specialized Gluon program (TUNING.md step 6): a 128-row tile, two consumer warpgroups, a TMA producer warp.
 GLUON_WS = Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
 GLUON_WS_VARLEN = dataclasses.replace(GLUON_WS, varlen=True)
-GLUON_WS_256 = dataclasses.replace(GLUON_WS, block_n=64, num_stages=2)  # [128, 256] Q + 2 x 2 x [64, 256]: 192 KiB
-GLUON_64_FULL = Config(block_m=64, block_n=128, num_warps=4, num_stages=2, gluon=True)  # one warpgroup, 64x128 tiles
+GLUON_WS_256 = dataclasses.replace(GLUON_WS, block_n=64, num_stages=2)  # Q + 2 x (K + V) at 256: 192 KiB
+GLUON_WS_256_VARLEN = dataclasses.replace(GLUON_WS_256, varlen=True)
+GLUON_64 = Config(block_m=64, block_n=128, num_warps=4, num_stages=2, gluon=True)  # one warpgroup, 64x128 tiles
 
 
 def gluon_preferred(head_dim: int, causal: bool, sk: int, aligned: bool) -> Config | None:
     """The Gluon program measured faster than the Triton one for this head dim, mask and key length on the H200, or
     None (the Triton program). `aligned`: the lengths are multiples of the tile, so the dense Gluon programs take
-    them; otherwise the varlen form masks the ends. From TUNING.md steps 6, 11 and 12 (× SDPA auto, the Triton
-    program in parentheses): head dim 128, causal 0.90-1.08 (0.80-0.89), not causal 0.88-1.00 (0.70-0.78), ragged
-    0.95-0.97 (0.86-0.88); head dim 64: causal only from 8k keys (1.01-1.04 against 0.96-0.98; below it the Triton
-    program wins, 0.87-0.94 against 0.79-0.90), ragged causal 0.90 (0.79), not causal the one-warpgroup Gluon
-    program 0.92-0.98 (0.91-0.94); ragged not causal stays on the Triton program (1.07 against 1.01); head dims 80
-    and 96 on zero-padded 128-wide tiles 0.95-1.02 (0.64-0.73), their varlen form 0.89-0.99; head dim 256 on 128x64
-    tiles 0.73-0.78 (0.70-0.73), ragged on the Triton program (the varlen form 0.68-0.74)."""
+    them; otherwise the varlen form masks the ends. From TUNING.md steps 6, 11, 12 and 13 (× SDPA auto, the Triton
+    program in parentheses):
+      - head dim 128: causal 0.90-1.08 (0.80-0.89), not causal 0.88-1.00 (0.70-0.78), ragged 0.95-0.97 (0.86-0.88);
+      - head dim 64, causal: the one-warpgroup program 64x128 below 8k keys (0.98 against 0.89-0.93), the
+        warp-specialized one from 8k (1.01-1.04 against 0.96-0.98), ragged its varlen form (0.90 against 0.79);
+      - head dim 64, not causal: the one-warpgroup program 0.92-0.98 (0.91-0.94); ragged stays on the Triton
+        program (1.07 against 1.01);
+      - head dims 80 and 96 on zero-padded 128-wide tiles 0.95-1.02 (0.64-0.73), ragged the varlen form 0.89-0.99;
+      - head dim 256 on 128x64 tiles, 2 stages, K and V released apart: 0.91-1.01 (0.70-0.73), ragged the varlen
+        form 0.82-0.94."""
     if head_dim in (128, 96, 80):
         return GLUON_WS if aligned else GLUON_WS_VARLEN
     if head_dim == 256:
-        return GLUON_WS_256 if aligned else None
+        return GLUON_WS_256 if aligned else GLUON_WS_256_VARLEN
     if head_dim == 64 and causal:
         if not aligned:
             return GLUON_WS_VARLEN
-        return GLUON_WS if sk >= 8192 else None
+        return GLUON_WS if sk >= 8192 else GLUON_64
     if head_dim == 64 and aligned:
-        return GLUON_64_FULL
+        return GLUON_64
     return None
 
 
