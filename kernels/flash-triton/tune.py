@@ -99,10 +99,16 @@ ROUND = {"1": "broad: BLOCK_M 128 x BLOCK_N 64/128 x warps 4/8 x stages 2/3/4 (T
          "11": "non-causal and short sequences on the Gluon programs; ragged lengths through the varlen Gluon one",
          "12": "head dim 256 on the warp-specialized Gluon program (128x64 tiles, 2 stages) against the Triton one",
          "13": "the warp-specialized Gluon programs with K released after QK^T and V after P V, against the joint "
-               "release before (joint), per head dim"}
+               "release before (joint), per head dim",
+         "14": "short sequences at head dim 128: the one-warpgroup Gluon program (64-row tiles, two CTAs per SM) "
+               "against the warp-specialized one"}
 
 
 def candidates(mod, d: int, round_: str = "1") -> list:
+    if round_ == "14":  # 64x64 tiles: 112 KiB of shared memory with 3 stages, 80 with 2: two CTAs per SM
+        C = mod.Config
+        return [C(64, 64, 4, 3, gluon=True), C(64, 64, 4, 2, gluon=True), C(64, 128, 4, 2, gluon=True),
+                C(128, 128, 4, 3, gluon=True, warp_specialize=True)]
     if round_ == "13":  # timed on views, as round 12; "joint": the schedule before (one release after P V)
         C = mod.Config
         ws = dict(gluon=True, warp_specialize=True)
@@ -205,7 +211,7 @@ def main() -> int:
     heads = 16
     result = {"round": ROUND[args.round], "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "argv": sys.argv}
-    views = args.round in ("12", "13")  # head dims 80, 96 run on Gluon only from [B, H, S, D] storage
+    views = args.round in ("12", "13", "14")  # head dims 80, 96 run on Gluon only from [B, H, S, D] storage
     result["check_default"] = check(mod, {}, views)
     print("check default:", sum(r["ok"] for r in result["check_default"]), "/", len(result["check_default"]),
           flush=True)
@@ -263,7 +269,7 @@ def main() -> int:
     result["winners"] = winners
     cfg_of = {c.label(): c for d in head_dims for c in candidates(mod, d, args.round)}
     result["check_winners"] = check(mod, {d: [cfg_of[w]] for d, w in winners.items()}, views)
-    if args.round in ("5", "6", "7", "11", "12", "13"):  # new programs: every candidate on the full case list, not just the winners
+    if args.round in ("5", "6", "7", "11", "12", "13", "14"):  # new programs: every candidate on the full case list, not just the winners
         result["check_all"] = check(mod, {d: candidates(mod, d, args.round) for d in head_dims}, views)
     (args.out / "tune.json").write_text(json.dumps(result, indent=1))
 
