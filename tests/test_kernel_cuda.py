@@ -205,6 +205,9 @@ def test_default_dispatch_takes_the_gluon_program_where_it_runs(mod):
     q = torch.empty(1, 2048, 8, 128, device="cuda", dtype=torch.bfloat16)
     assert mod.choose_config(q, q, True).label() == "128x128 w4 s3 tma ws gluon"
     assert mod.choose_config(q, q, False).label() == "128x128 w4 s3 tma ws gluon"  # not causal too (TUNING step 11)
+    short128 = q[:, :1024].contiguous()  # up to 1k keys, causal: 64-row tiles, two CTAs per SM (TUNING step 14)
+    assert mod.choose_config(short128, short128, True).label() == "64x64 w4 s3 tma gluon"
+    assert mod.choose_config(short128, short128, False).label() == "128x128 w4 s3 tma ws gluon"
     ragged = q[:, :1000].contiguous()
     assert mod.choose_config(ragged, ragged, True).label() == "128x128 w4 s3 tma ws gluon varlen"
     short = q[:, :100].contiguous()  # fewer keys than one tile: the Triton program

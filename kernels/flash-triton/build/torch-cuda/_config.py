@@ -97,6 +97,7 @@ GLUON_WS_VARLEN = dataclasses.replace(GLUON_WS, varlen=True)
 GLUON_WS_256 = dataclasses.replace(GLUON_WS, block_n=64, num_stages=2)  # Q + 2 x (K + V) at 256: 192 KiB
 GLUON_WS_256_VARLEN = dataclasses.replace(GLUON_WS_256, varlen=True)
 GLUON_64 = Config(block_m=64, block_n=128, num_warps=4, num_stages=2, gluon=True)  # one warpgroup, 64x128 tiles
+GLUON_64x64 = Config(block_m=64, block_n=64, num_warps=4, num_stages=3, gluon=True)  # 112 KiB at D 128: 2 CTAs/SM
 
 
 def gluon_preferred(head_dim: int, causal: bool, sk: int, aligned: bool) -> Config | None:
@@ -105,6 +106,8 @@ def gluon_preferred(head_dim: int, causal: bool, sk: int, aligned: bool) -> Conf
     them; otherwise the varlen form masks the ends. From TUNING.md steps 6, 11, 12 and 13 (× SDPA auto, the Triton
     program in parentheses):
       - head dim 128: causal 0.90-1.08 (0.80-0.89), not causal 0.88-1.00 (0.70-0.78), ragged 0.95-0.97 (0.86-0.88);
+        causal up to 1k keys the one-warpgroup program on 64x64 tiles, two CTAs per SM (0.92-0.93 against the
+        warp-specialized one's 0.89-0.90; from 2k keys 0.87 against 0.93-0.96);
       - head dim 64, causal: the one-warpgroup program 64x128 below 8k keys (0.98 against 0.89-0.93), the
         warp-specialized one from 8k (1.01-1.04 against 0.96-0.98), ragged its varlen form (0.90 against 0.79);
       - head dim 64, not causal: the one-warpgroup program 0.92-0.98 (0.91-0.94); ragged stays on the Triton
@@ -112,6 +115,8 @@ def gluon_preferred(head_dim: int, causal: bool, sk: int, aligned: bool) -> Conf
       - head dims 80 and 96 on zero-padded 128-wide tiles 0.95-1.02 (0.64-0.73), ragged the varlen form 0.89-0.99;
       - head dim 256 on 128x64 tiles, 2 stages, K and V released apart: 0.91-1.01 (0.70-0.73), ragged the varlen
         form 0.82-0.94."""
+    if head_dim == 128 and causal and aligned and sk <= 1024:
+        return GLUON_64x64
     if head_dim in (128, 96, 80):
         return GLUON_WS if aligned else GLUON_WS_VARLEN
     if head_dim == 256:
