@@ -258,8 +258,9 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
                  HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                  CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr):
     """64 rows of the tile (rows m0 ...), one warpgroup: the schedule of `attention_fwd_sm90`, with the stage
-    released to the producer (`k_empty`, `v_empty`: `_ws_producer`) instead of refilled. Both halves walk the same `n_blocks` (the lower
-    half's last blocks are fully masked for the upper half: probabilities 0, running max unchanged)."""
+    released to the producer (`k_empty`, `v_empty`: `_ws_producer`) instead of refilled. Both halves walk the same
+    `n_blocks` (the lower half's last blocks are fully masked for the upper half: probabilities 0, running max
+    unchanged)."""
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
