@@ -411,6 +411,28 @@ def test_gluon_configs_are_refused_by_shape_before_any_compile():
     assert mod.gluon_shape_problem(C(128, 128, 4, 3, **ws), 128, "rows") is None
 
 
+def test_every_program_the_dispatch_rule_picks_can_be_built_for_its_inputs():
+    """`gluon_preferred` (what the H200 measured) only ever names a Gluon config that fits its head dim, and a
+    ragged call only the varlen form (a dense Gluon program's TMA store would cross a sequence end)."""
+    from kernels import get_local_kernel
+
+    mod = get_local_kernel(REPO)
+    picked = set()
+    for d in mod.SUPPORTED_HEAD_DIMS:
+        for causal in (True, False):
+            for sk in (512, 1024, 2048, 8192, 16384):
+                for aligned in (True, False):
+                    cfg = mod.gluon_preferred(d, causal, sk, aligned)
+                    if cfg is None:
+                        continue
+                    picked.add(cfg.label())
+                    assert mod.gluon_shape_problem(cfg, d, "heads") is None, (d, causal, sk, aligned, cfg.label())
+                    assert cfg.varlen == (not aligned), (d, causal, sk, aligned, cfg.label())
+    # the programs it ships: warp-specialized (and varlen), its 256 tiles, the one-warpgroup 64x128 and 64x64
+    assert {"128x128 w4 s3 tma ws gluon", "128x128 w4 s3 tma ws gluon varlen", "128x64 w4 s2 tma ws gluon",
+            "128x64 w4 s2 tma ws gluon varlen", "64x128 w4 s2 tma gluon", "64x64 w4 s3 tma gluon"} == picked
+
+
 @pytest.mark.parametrize("make, words", [
     (lambda: _tensors(dtype=torch.float32), "float16 and bfloat16 only"),
     (lambda: _tensors(d=100), "head dim 100 is not supported; .* nearest supported: 96;"),
