@@ -56,6 +56,23 @@ PATHS = {"default": None, "ptr": dict(block_m=128, block_n=64, num_warps=8, num_
                                  varlen=True)}
 
 
+def oracle_case(case: tuple, d: int):
+    """bf16 inputs of a (B, Hq, Hkv, Sq, Sk, causal) case at head dim d on the GPU, their fp64 reference and plain
+    PyTorch's output (the error bound's baseline)."""
+    b, hq, hkv, sq, sk, causal = case
+    w = Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype="bf16", causal=causal,
+                 device="cuda")
+    inputs = w.make_inputs(seed=d + sq)
+    return inputs, reference_attention(inputs), naive_attention(inputs).double()
+
+
+def both_layouts(inputs):
+    """The inputs as contiguous [B, S, H, D] tensors ("rows", flash-attn's layout) and as [B, S, H, D] views of the
+    [B, H, S, D] tensors ("heads", what PyTorch and transformers models pass)."""
+    return (("rows", tuple(t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))),
+            ("heads", tuple(t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v))))
+
+
 def refused_for_its_shape(cfg, sq: int, sk: int, causal: bool) -> bool:
     """The shape rules a Gluon config is refused by (anything else refused would be a bug)."""
     if cfg.varlen:
@@ -126,15 +143,10 @@ def test_head_dims_beyond_64_and_128_match_oracle(mod, case, d):
     Gluon program's 128x64 tiles (its varlen form when ragged) in both layouts; decode shapes on the decode
     program."""
     b, hq, hkv, sq, sk, causal = case
-    w = Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype="bf16", causal=causal,
-                 device="cuda")
-    inputs = w.make_inputs(seed=d + sq)
-    ref = reference_attention(inputs)
-    eager = naive_attention(inputs).double()
+    inputs, ref, eager = oracle_case(case, d)
     sm90 = torch.cuda.get_device_capability() == (9, 0)
     decode = sq * (hq // hkv) <= 64
-    for layout, (q, k, v) in (("rows", tuple(t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))),
-                              ("heads", tuple(t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v)))):
+    for layout, (q, k, v) in both_layouts(inputs):
         gluon = sm90 and not decode and (layout == "heads" or d == 256)
         assert getattr(mod.choose_config(q, k, causal), "gluon", False) == gluon, (layout, mod.choose_config(q, k, causal))
         out = mod.flash_attn_func(q, k, v, softmax_scale=inputs.scale, causal=causal).transpose(1, 2)
@@ -148,20 +160,15 @@ def test_head_dims_beyond_64_and_128_match_oracle(mod, case, d):
                          ids=["causal", "full-ragged", "gqa-sq<sk"])
 def test_head_dims_80_96_256_on_the_warp_specialized_gluon_program(mod, case, varlen, d):
     """Head dims 80, 96 (zero-padded 128-wide tiles over [B*H*S, D] views) and 256 on the Gluon program, dense and
-    varlen form by explicit config (the default takes the dense form, and the varlen one for ragged 80 and 96)."""
+    varlen form by explicit config (the default takes the dense form, and the varlen one for ragged lengths)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon program is sm_90 only")
     b, hq, hkv, sq, sk, causal = case
-    w = Workload(batch=b, heads=hq, kv_heads=hkv, seq=sq, kv_seq=sk, head_dim=d, dtype="bf16", causal=causal,
-                 device="cuda")
-    inputs = w.make_inputs(seed=sq + d)
-    ref = reference_attention(inputs)
-    eager = naive_attention(inputs).double()
+    inputs, ref, eager = oracle_case(case, d)
     tiles = (128, 64, 4, 2) if d == 256 else (128, 128, 4, 3)
     cfg = mod.Config(*tiles, gluon=True, warp_specialize=True, varlen=varlen)
     ran = 0
-    for layout, (q, k, v) in (("rows", tuple(t.transpose(1, 2).contiguous() for t in (inputs.q, inputs.k, inputs.v))),
-                              ("heads", tuple(t.transpose(1, 2) for t in (inputs.q, inputs.k, inputs.v)))):
+    for layout, (q, k, v) in both_layouts(inputs):
         if why := mod.gluon_unsupported(q, k, causal, cfg):
             padded_rows = d != 256 and layout == "rows"  # the padding columns would be the next head's
             assert padded_rows or refused_for_its_shape(cfg, sq, sk, causal), why

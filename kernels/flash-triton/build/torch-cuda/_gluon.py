@@ -92,15 +92,20 @@ def _softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.const
 
 
 @gluon.jit
+def _tma_fill(desc, bar, buf, row, col, pred=True):
+    """One TMA load of `desc`'s block at (row, col) into `buf`, completing `bar`'s expected transaction (no-op when
+    `pred` is false)."""
+    mbarrier.expect(bar, desc.block_type.nbytes, pred=pred)
+    _tma_load(desc, [row, col], bar, buf, pred=pred)
+
+
+@gluon.jit
 def _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, block, kv_row, kv_col, pred,
              BLOCK_N: gl.constexpr):
     """TMA loads of key block `block` into ring buffer `slot` (no-ops when `pred` is false)."""
-    mbarrier.expect(k_bar.index(slot), desc_k.block_type.nbytes, pred=pred)
-    _tma_load(desc_k, [kv_row + block * BLOCK_N, kv_col], k_bar.index(slot),
-                                    k_smem.index(slot), pred=pred)
-    mbarrier.expect(v_bar.index(slot), desc_v.block_type.nbytes, pred=pred)
-    _tma_load(desc_v, [kv_row + block * BLOCK_N, kv_col], v_bar.index(slot),
-                                    v_smem.index(slot), pred=pred)
+    row = kv_row + block * BLOCK_N
+    _tma_fill(desc_k, k_bar.index(slot), k_smem.index(slot), row, kv_col, pred)
+    _tma_fill(desc_v, v_bar.index(slot), v_smem.index(slot), row, kv_col, pred)
 
 
 @gluon.jit
@@ -244,12 +249,10 @@ def _ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v
         row = kv_row + key_block_start(j, sk, BLOCK_N)
         if j >= STAGES:  # both consumers are done with the keys of the block that used this stage last
             mbarrier.wait(k_empty.index(slot), ((j // STAGES) - 1) & 1)
-        mbarrier.expect(k_bar.index(slot), desc_k.block_type.nbytes)
-        _tma_load(desc_k, [row, kv_col], k_bar.index(slot), k_smem.index(slot))
+        _tma_fill(desc_k, k_bar.index(slot), k_smem.index(slot), row, kv_col)
         if j >= STAGES:  # ... and with its values
             mbarrier.wait(v_empty.index(slot), ((j // STAGES) - 1) & 1)
-        mbarrier.expect(v_bar.index(slot), desc_v.block_type.nbytes)
-        _tma_load(desc_v, [row, kv_col], v_bar.index(slot), v_smem.index(slot))
+        _tma_fill(desc_v, v_bar.index(slot), v_smem.index(slot), row, kv_col)
 
 
 @gluon.jit
