@@ -93,9 +93,10 @@ def _child() -> dict:
                      "mismatches": [greedy_mismatches(ref, p, t) for p, t in zip(prompts, rows)]}
 
     # the same loop compiled, as `serve --loop production` runs it (dynamo with the eager backend: the CPU has no CUDA
-    # graphs): one graph per step, batch 1 (its prefill comes with no mask: SDPA's top-left is_causal over the whole
-    # cache, which the adapter took bottom-right and read unwritten keys: token 0 was wrong). On the H200 a Workload made while tracing broke the graph in every layer, and the
-    # cache update's per-layer recompiles hit dynamo's limit, so the step ran uncompiled (22.5 ms/token).
+    # graphs): one graph per step, for a batch with a left-padded row too. Its prefill comes with no mask (SDPA's
+    # top-left is_causal over the whole cache, which the adapter once took bottom-right: token 0 was wrong). On the
+    # H200 a compiled batch > 1 once raised inside the adapter: a graph break in every layer, the cache update
+    # recompiling per layer past dynamo's limit, the step unfused (issue 30: 0.25x SDPA at batch 16).
     from torch._dynamo.utils import counters as dynamo_counters
     from transformers import CompileConfig
 
@@ -104,33 +105,53 @@ def _child() -> dict:
     config = CompileConfig(backend="eager", fullgraph=False)
     config._compile_all_devices = True  # transformers compiles only on accelerators unless told
     with torch.no_grad():
-        got = static.generate(ids[:1], attention_mask=mask[:1], max_new_tokens=4, do_sample=False, pad_token_id=0,
+        got = static.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0,
                               eos_token_id=-1, cache_implementation="static", compile_config=config)
-    row = got[0, 7:].tolist()
-    out["static_compiled"] = {"tokens": row, "graph_breaks": dict(dynamo_counters["graph_break"]),
-                              "mismatches": greedy_mismatches(ref, prompts[0], row)}
+    rows = [got[i, 7:].tolist() for i in range(2)]
+    out["static_compiled"] = {"tokens": rows, "graph_breaks": dict(dynamo_counters["graph_break"]),
+                              "graphs": dynamo_counters["stats"]["unique_graphs"],
+                              "mismatches": [greedy_mismatches(ref, p, t) for p, t in zip(prompts, rows)]}
 
     # the production loop compiles the decode step: our call over the cache must be one op of that graph (fullgraph
-    # raises on a graph break; aot_eager runs the op's fake on the way), and give the eager call's answer
+    # raises on a graph break; aot_eager runs the op's fake on the way), give the eager call's answer, and take other
+    # batch sizes and cache lengths without a recompile (dynamic shapes: no guard on B, Sk or the split count; batch 1
+    # is left out because dynamo specializes every size-1 dimension, for any op)
     from attnprof.models.attention import kernel_over_cache
 
-    g = torch.Generator().manual_seed(3)
-    q = torch.randn(1, 4, 1, 64, generator=g).half()  # [B, Hq, Sq, D]: one decode query
-    k, v = (torch.randn(1, 2, 16, 64, generator=g).half() for _ in range(2))  # the whole static cache
-    cache_mask = (torch.arange(16) < 10)[None, None, None, :]  # 10 keys written so far
     step = lambda *a: kernel_over_cache(module, "kernel", *a, 0.125)  # noqa: E731
     calls.clear()
     import attnprof.models.attention as adapter
 
     adapter._CACHE_MODULES.clear()  # as in a fresh process: the compiled call comes first (it did on the H200, where
     register_variant(kernel_hub.kernel_variant())  # the module list appended inside the graph was empty at its run)
+    torch._dynamo.reset()
+    dynamo_counters.clear()
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True, dynamic=True)
+    g = torch.Generator().manual_seed(3)
+    out["compiled"] = []
+    for b, sk, written in ((3, 16, [10, 16, 1]), (5, 16, [16, 1, 7, 9, 2]), (3, 40, [33, 20, 40])):
+        q = torch.randn(b, 4, 1, 64, generator=g).half()  # [B, Hq, Sq, D]: one decode query per sequence
+        k, v = (torch.randn(b, 2, sk, 64, generator=g).half() for _ in range(2))  # the whole static cache
+        cache_mask = (torch.arange(sk)[None, :] < torch.tensor(written)[:, None])[:, None, None, :]  # [B, 1, 1, Sk]
+        try:
+            got_step = compiled(q, k, v, cache_mask)
+            want_step = step(q, k, v, cache_mask)
+            out["compiled"].append({"error": None, "diff": (got_step.float() - want_step.float()).abs().max().item()})
+        except Exception as e:  # noqa: BLE001 - the test reports what broke the graph
+            out["compiled"].append({"error": f"{type(e).__name__}: {str(e).splitlines()[0]}"})
+    holey = cache_mask[:, 0, 0].clone()  # [B, Sk]
+    holey[1, 3] = False  # sequence 1 skips key 3: not one range
+    holey = holey[:, None, None, :]  # a view, as the others (dynamo guards on an input's being a view)
+    poisoned = compiled(q, k, v, holey)
     try:
-        got_step = torch.compile(step, backend="aot_eager", fullgraph=True)(q, k, v, cache_mask)
-        want_step = step(q, k, v, cache_mask)
-        out["compiled"] = {"error": None, "diff": (got_step.float() - want_step.float()).abs().max().item(),
-                           "calls": calls.get("flash_attn_with_kvcache", 0)}
-    except Exception as e:  # noqa: BLE001 - the test reports what broke the graph
-        out["compiled"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
+        step(q, k, v, holey)
+        eager_holey = None
+    except ValueError as e:
+        eager_holey = str(e)
+    out["compiled_runs"] = {"calls": calls.get("flash_attn_with_kvcache", 0), "graphs": dynamo_counters["stats"]["unique_graphs"],
+                            "graph_breaks": dict(dynamo_counters["graph_break"]),
+                            "holey_nan_rows": [bool(poisoned[i].isnan().all()) for i in range(2)],
+                            "holey_eager": eager_holey}
     return out
 
 
@@ -189,18 +210,28 @@ def test_static_cache_generate_runs_our_kernel_over_the_cache_with_left_padding(
         assert len(tokens) == 4 and not bad, r
 
 
-def test_compiled_static_cache_generate_has_no_graph_break(child):
+def test_compiled_static_cache_generate_is_one_graph_for_a_padded_batch(child):
     r = child["static_compiled"]
-    assert not r["graph_breaks"], r
-    assert not r["mismatches"] and r["tokens"] == child["static"]["tokens"][0], r  # fp64's greedy tokens
+    assert not r["graph_breaks"] and r["graphs"] == 1, r
+    assert not any(r["mismatches"]), r  # fp64's greedy tokens, the left-padded row included
+    assert r["tokens"] == child["static"]["tokens"], r
 
 
-def test_our_cache_call_is_one_op_of_a_compiled_graph(child):
+def test_our_cache_call_is_one_op_of_a_compiled_graph_for_any_batch_and_length(child):
     """On the H200 the call was `torch.compiler.disable`d (inductor failed on the launcher): a graph break per layer,
-    21.0 ms/token. As the custom op `attnprof::kvcache_attention`, fullgraph compiles and the answer is eager's."""
-    r = child["compiled"]
-    assert r["error"] is None, r
-    assert r["calls"] == 2 and r["diff"] == 0.0, r  # eager + compiled: our kernel ran both times
+    21.0 ms/token. As the custom op `attnprof::kvcache_attention`, fullgraph compiles, the answer is eager's, and
+    batches 3, 5, 3 over caches of 16 and 40 keys run one compiled graph: no recompile."""
+    for case in child["compiled"]:
+        assert case["error"] is None and case["diff"] == 0.0, child["compiled"]
+    r = child["compiled_runs"]
+    assert r["graphs"] == 1 and not r["graph_breaks"], r
+    assert r["calls"] == 2 * 3 + 1, r  # eager + compiled per case, the holey mask compiled (eager refuses it first)
+
+
+def test_a_mask_that_is_no_key_range_is_nan_inside_a_graph_and_refused_in_eager(child):
+    r = child["compiled_runs"]
+    assert r["holey_nan_rows"] == [False, True], r  # only the sequence with the hole, never a silent answer
+    assert r["holey_eager"] and "not one causal key range" in r["holey_eager"], r
 
 
 if __name__ == "__main__":

@@ -187,3 +187,33 @@ def test_an_impl_refused_in_static_batches_but_served_in_the_stream_is_not_calle
     data["production"]["continuous"]["results"] = [r for r in data["production"]["continuous"]["results"]
                                                    if r["impl"] != "sdpa-efficient"]
     assert "Not run: sdpa-efficient" in markdown(data)
+
+
+def test_production_decode_compiled_is_one_graph_per_step_at_batch_3():
+    model = build_model("tiny-llama", attn_implementation="sdpa")
+    p = measure_static_decode(model, "sdpa", batch=3, context=6, new_tokens=12, device="cpu", reps=1, backend="eager")
+    assert p.status == "ok" and p.graph_breaks == 0, p
+    assert p.to_json()["graph_breaks"] == 0
+
+
+def test_a_production_decode_past_dynamos_recompile_limit_is_a_failure_not_a_number():
+    """The H200's batch-16 row (issue 30): an attention that broke the graph in every layer made the static cache's
+    update recompile per layer past dynamo's limit, and the step ran unfused at 0.25x SDPA, reported as a number."""
+    import torch
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    from attnprof.errors import CheckFailed
+
+    def breaking(module, *args, **kwargs):
+        torch._dynamo.graph_break()  # what the adapter's raise at batch > 1 did inside the compiled step
+        return sdpa_attention_forward(module, *args, **kwargs)
+
+    AttentionInterface.register("attnprof_test_graph_break", breaking)
+    AttentionMaskInterface.register("attnprof_test_graph_break", sdpa_mask)
+    model = build_model("tiny-llama", attn_implementation="attnprof_test_graph_break")
+    with torch._dynamo.config.patch(recompile_limit=1), pytest.raises(CheckFailed, match="recompile limit") as err:
+        measure_static_decode(model, "breaking", batch=2, context=6, new_tokens=8, device="cpu", reps=1,
+                              backend="eager")
+    assert "not a production number" in str(err.value)

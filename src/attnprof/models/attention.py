@@ -188,28 +188,41 @@ def kernel_over_cache(module, name: str, query: torch.Tensor, key: torch.Tensor,
     """Attention over a preallocated KV cache (transformers' static cache hands every layer the whole cache and a bool
     mask) through `flash_attn_with_kvcache`: each sequence's valid keys are one range [leftpad, seqlen), read from
     the last query's mask row with tensor ops only (no host sync: CUDA-graph capturable); the queries are the last
-    Sq positions, causal bottom-right. In eager calls the whole mask is checked against that form first; inside a
-    compiled graph it cannot be, so only batch 1 (no padding) is taken there. Returns `[B, Sq, Hq, D]`."""
+    Sq positions, causal bottom-right. Returns `[B, Sq, Hq, D]`.
+
+    The whole mask must be that form (left padding is; a hole or a per-query pattern is not). In eager calls it is
+    checked first and a mask that is not refused with a ValueError. Inside a compiled graph nothing can be raised
+    from a value on the device (a CUDA graph replays without the host), so the same check runs on the device and the
+    rows of a sequence whose mask is not one range come out NaN: never a silent wrong answer, and the serve loops'
+    finiteness checks turn it into an error row. Any batch size compiles to one graph. (A compiled batch > 1 used to
+    raise here: a graph break in every layer, then the cache update recompiled per layer past dynamo's limit and the
+    step ran unfused, 0.25x SDPA at batch 16 on the H200; issue 30.)"""
     b, _, sq, _ = query.shape
-    sk = key.shape[2]
     if mask.shape[1] != 1:
         raise ValueError(f"{name}: a per-head mask is not a KV-cache range")
-    row = mask[:, 0, -1, :]  # the last query sees [leftpad, seqlen)
+    leftpad, seqlen, bad = cache_ranges(mask[:, 0], sq)
+    if not torch.compiler.is_compiling() and bool(bad.any()):
+        raise ValueError(f"{name}: this mask is not one causal key range per sequence (a KV cache with left "
+                         "padding); flash_attn_with_kvcache cannot express it (try sdpa)")
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views; the kernel takes strides
+    out = _kvcache_call(module, q, k, v, seqlen, leftpad, scale)  # [B, Sq, Hq, D]
+    if torch.compiler.is_compiling():
+        out = torch.where(bad[:, None, None, None], torch.full_like(out, float("nan")), out)
+    return out
+
+
+def cache_ranges(mask: torch.Tensor, sq: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The key range [leftpad, seqlen) of each sequence from a bool mask `[B, Sq, Sk]` over a KV cache (int32 `[B]`
+    each), and `[B]` bool: True where the mask is not that range, causal bottom-right for the last Sq queries."""
+    sk = mask.shape[-1]
+    row = mask[:, -1, :]  # [B, Sk]: the last query sees [leftpad, seqlen)
     leftpad = row.to(torch.int32).argmax(-1).to(torch.int32)
     seqlen = (sk - row.flip(-1).to(torch.int32).argmax(-1)).to(torch.int32)
-    if torch.compiler.is_compiling():
-        if b != 1:
-            raise ValueError(f"{name}: a compiled batch of {b} over a KV cache: its mask cannot be checked inside "
-                             "the graph (left padding, holes); use batch 1 or continuous batching (paged)")
-    else:
-        pos = torch.arange(sk, device=mask.device)
-        last = seqlen[:, None] - sq + torch.arange(sq, device=mask.device)[None, :]  # [B, Sq] query positions
-        expect = (pos >= leftpad[:, None, None]) & (pos <= last[:, :, None])
-        if not torch.equal(expect, mask[:, 0].expand(b, sq, sk)):
-            raise ValueError(f"{name}: this mask is not one causal key range per sequence (a KV cache with left "
-                             "padding); flash_attn_with_kvcache cannot express it (try sdpa)")
-    q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views; the kernel takes strides
-    return _kvcache_call(module, q, k, v, seqlen, leftpad, scale)
+    pos = torch.arange(sk, device=mask.device)
+    last = seqlen[:, None] - sq + torch.arange(sq, device=mask.device)[None, :]  # [B, Sq] query positions
+    expect = (pos >= leftpad[:, None, None]) & (pos <= last[:, :, None])  # [B, Sq, Sk]
+    bad = (expect != mask.expand_as(expect)).any(-1).any(-1)
+    return leftpad, seqlen, bad
 
 
 _CACHE_MODULES: list = []  # the kernel modules `_kvcache_op` calls, by index (a custom op takes no module object)

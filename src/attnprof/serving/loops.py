@@ -59,24 +59,35 @@ def unavailable(loop: str, mode: str, device: str) -> str | None:
     return None
 
 
-def _generation_config(new: int, max_len: int, compile_: bool):
+def _generation_config(new: int, max_len: int, compile_: bool, backend: str = "inductor", *, check: bool = False):
     from transformers import GenerationConfig
 
     kw = dict(do_sample=False, max_new_tokens=new, min_new_tokens=new, eos_token_id=None, pad_token_id=0,
               cache_implementation="static", max_cache_len=max_len)  # one KV length for every call
+    if check:  # the untimed first call keeps its logits: a NaN (a mask the kernel refused inside the graph) fails
+        kw.update(return_dict_in_generate=True, output_logits=True)
     if compile_:
         from transformers import CompileConfig
 
-        kw["compile_config"] = CompileConfig(mode="reduce-overhead")
+        kw["compile_config"] = CompileConfig(backend=backend, mode="reduce-overhead" if backend == "inductor" else None)
+        kw["compile_config"]._compile_all_devices = True  # a CPU compiles too when asked (tests, `backend="eager"`)
     else:
         kw["disable_compile"] = True  # static cache alone (the CPU plumbing test; a GPU would compile by itself)
     return GenerationConfig(**kw)
 
 
 def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tokens: int, device: str,
-                          seed: int = 0, reps: int = 3, compile_: bool = True):
-    """The production `generate`: static cache (+ compile reduce-overhead); ms/token from whole calls (see above)."""
+                          seed: int = 0, reps: int = 3, compile_: bool = True, backend: str = "inductor"):
+    """The production `generate`: static cache (+ compile reduce-overhead); ms/token from whole calls (see above).
+
+    A number from a step that did not run as one compiled graph is not a production number: when dynamo hits its
+    recompile limit during the calls (it then runs the function unfused, as a graph-breaking attention did at batch
+    16 on the H200: 0.25x SDPA), or the first call's logits are not finite, the point fails (CheckFailed) with the
+    reason. Graph breaks are counted into the point (`graph_breaks`)."""
+    from torch._dynamo.utils import counters
+
     from attnprof.errors import CheckFailed
+    from attnprof.run import recompile_limit_hits
     from attnprof.serving.throughput import Point, _prompt
 
     n2 = new_tokens
@@ -90,28 +101,40 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)
 
-    def call(new: int) -> float:
+    def call(new: int, check: bool = False) -> float:
         sync()
         t = time.perf_counter()
         out = model.generate(ids, attention_mask=torch.ones_like(ids),
-                             generation_config=_generation_config(new, max_len, compile_))
+                             generation_config=_generation_config(new, max_len, compile_, backend, check=check))
         sync()
+        seconds = time.perf_counter() - t
+        if check:
+            bad = sum(int((~torch.isfinite(x)).sum()) for x in out.logits)
+            if bad:
+                raise CheckFailed(f"decode {impl} production: {bad} non-finite logits in the first call (a NaN "
+                                  "output of the attention inside the compiled step)")
+            out = out.sequences
         if tuple(out.shape) != (batch, context + new):
             raise CheckFailed(f"decode {impl} production: asked for {new} new tokens per row, got "
                               f"{out.shape[1] - context}")
-        return time.perf_counter() - t
+        return seconds
 
     if compile_:  # a fresh compile per row: dynamo does not guard on SDPA's backend flags
         torch._dynamo.reset()
         model.__dict__.pop("_compiled_call", None)
+    breaks_before = sum(counters["graph_break"].values())
     # no inference_mode here: generate runs under no_grad itself, and inference tensors in a static cache that
     # inductor's CUDA graphs captured are a known source of trouble (the H200 probe's recipe ran without it)
-    first = call(n2)  # compile + graph capture, cuDNN plans: the cold part
-    call(n2)
-    per_token = []
-    for _ in range(reps):
-        a, b = call(n1), call(n2)
-        per_token.append((b - a) / (n2 - n1))
+    with recompile_limit_hits() as hits:
+        first = call(n2, check=True)  # compile + graph capture, cuDNN plans: the cold part
+        call(n2)
+        per_token = []
+        for _ in range(reps):
+            a, b = call(n1), call(n2)
+            per_token.append((b - a) / (n2 - n1))
+    if hits:
+        raise CheckFailed(f"decode {impl} production: dynamo hit its recompile limit ({hits[0]}), so the step ran "
+                          "unfused: not a production number")
     s = statistics.median(per_token)
     if s <= 0:
         raise CheckFailed(f"decode {impl} production: timing noise, t(N2) <= t(N1); raise --new-tokens")
@@ -121,7 +144,8 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
                  seconds=s * (n2 - n1), step_ms=ms,
                  itl_ms={"p50": ms, "p99": max(per_token) * 1e3, "min": min(per_token) * 1e3,
                          "max": max(per_token) * 1e3},
-                 itl_repeat_ms={}, cold_s=first, loop="production")
+                 itl_repeat_ms={}, cold_s=first, loop="production",
+                 graph_breaks=sum(counters["graph_break"].values()) - breaks_before if compile_ else None)
 
 
 def _gain_range(base: dict, row: dict) -> tuple[float, float] | None:

@@ -53,6 +53,7 @@ class Point:
     peak_mib: float | None = None
     loop: str = "as-shipped"  # `serving.loops.LOOPS`
     cold_s: float | None = None  # production: the first call (compile, graph capture) in seconds
+    graph_breaks: int | None = None  # production: dynamo's graph breaks while compiling the step (0: one graph)
 
     @property
     def tokens_per_s(self) -> float:
@@ -74,7 +75,8 @@ class Point:
                 "itl_ms": self.itl_ms, "itl_repeat_ms": self.itl_repeat_ms, "attention_share": self.attention_share,
                 "share": self.share.to_json() if self.share else None,
                 "cold_share": self.cold_share.to_json() if self.cold_share else None,
-                "cold_context": self.cold_context, "peak_mib": self.peak_mib, "cold_s": self.cold_s}
+                "cold_context": self.cold_context, "peak_mib": self.peak_mib, "cold_s": self.cold_s,
+                "graph_breaks": self.graph_breaks}
 
 
 def amdahl(share_base: float, attention_base_ms: float, attention_new_ms: float) -> float:
