@@ -36,7 +36,7 @@ from attnprof.variants import kernel_hub
 
 SCHEMA = "attnprof.kernel-serving-bench/1"
 DECODE_IMPLS = ("ours", "ours-paged64", "ours-paged256", "sdpa", "sdpa-flash", "sdpa-efficient", "flex")
-TUNE_POINTS = ((1, 8192), (16, 8192), (64, 4096))
+TUNE_POINTS = ((1, 1024), (1, 8192), (1, 32768), (4, 8192), (16, 8192), (64, 4096))
 
 
 DEVICE = "cuda"
@@ -193,9 +193,11 @@ def varlen_rows(mod, lengths: list[int], hq: int, hkv: int, d: int, flex_ok: boo
 
 def tune_rows(mod, hq: int, hkv: int, d: int, l2_bytes: int) -> list[dict]:
     """Decode configs on a few points, graph-timed: the data behind TUNING.md's decode step."""
-    configs = [mod.DecodeConfig(), mod.DecodeConfig(block_n=128), mod.DecodeConfig(num_stages=2),
-               mod.DecodeConfig(num_stages=4), mod.DecodeConfig(num_warps=8), mod.DecodeConfig(fused_reduce=False),
-               mod.DecodeConfig(ctas_per_sm=4), mod.DecodeConfig(block_n=128, num_stages=2)]
+    c = mod.DecodeConfig
+    configs = [c(), c(block_n=128), c(num_stages=2), c(num_stages=4), c(num_warps=8), c(fused_reduce=False),
+               c(ctas_per_sm=1), c(ctas_per_sm=3), c(ctas_per_sm=4), c(block_n=128, num_stages=2),
+               c(block_n=128, ctas_per_sm=1), c(block_n=128, num_stages=4, ctas_per_sm=1), c(num_stages=4, ctas_per_sm=1),
+               c(block_n=32, num_stages=4), c(num_warps=2)]
     return [row for b, s in TUNE_POINTS for row in _tune_point(mod, configs, b, s, hq, hkv, d, l2_bytes)]
 
 

@@ -22,7 +22,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = ROOT / "kernels" / "flash-triton"
-SPLITS = {"one": (1, True), "three-fused": (3, True), "three-2-launch": (3, False), "heuristic": (0, True)}
+# seven: more splits than the merge takes per step (CHUNK = 4), and not a multiple of it
+SPLITS = {"one": (1, True), "three-fused": (3, True), "three-2-launch": (3, False), "seven-fused": (7, True),
+          "seven-2-launch": (7, False), "heuristic": (0, True)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -113,14 +115,15 @@ def _child() -> dict:
     # dense cache extras: left padding, rows picked by cache_batch_idx, LSE, an int cache_seqlens, None (full cache)
     kc, vc, q = rand(4, 64, hkv, d), rand(4, 64, hkv, d), rand(2, 1, hq, d)
     idx = torch.tensor([2, 0], dtype=torch.int32)
-    out, lse = mod.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.tensor([40, 0], dtype=torch.int32),
-                                           cache_batch_idx=idx, cache_leftpad=torch.tensor([7, 0], dtype=torch.int32),
-                                           num_splits=3, return_softmax_lse=True)
+    # 16-key blocks: 4 splits, and the padding (19 keys) empties the first, so the merge starts past split 0
+    out, lse = mod.kvcache_attention(q, kc, vc, cache_seqlens=torch.tensor([40, 0], dtype=torch.int32),
+                                     cache_batch_idx=idx, cache_leftpad=torch.tensor([19, 0], dtype=torch.int32),
+                                     num_splits=4, return_softmax_lse=True, config=mod.DecodeConfig(block_n=16))
     from kernel_ref import Check, lse_reference
 
     check = Check()
-    check.add(out[0], q[0], kc[2, 7:40], vc[2, 7:40], False, d ** -0.5)
-    want = lse_reference(q[0], kc[2, 7:40], False, d ** -0.5)
+    check.add(out[0], q[0], kc[2, 19:40], vc[2, 19:40], False, d ** -0.5)
+    want = lse_reference(q[0], kc[2, 19:40], False, d ** -0.5)
     results["leftpad_batch_idx_lse"] = {**check.result(), "lse_err": (lse[0].double() - want).abs().max().item(),
                                         "empty_out_zero": bool((out[1] == 0).all()),
                                         "empty_lse": lse[1].tolist()[0][0]}

@@ -14,12 +14,14 @@ captured in a CUDA graph; lengths past the capacity are clipped on the device ra
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
 from ._config import block_d
 from ._decode import kvcache_fwd, kvcache_reduce
+from ._launch import Launcher
 from ._splits import DEFAULT, DecodeConfig, counters, plan
 
 
@@ -65,11 +67,96 @@ def kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, c
     return device_problem(q)
 
 
+@dataclass(frozen=True)
+class _Call:
+    """What one call signature decides (`_prepare`): the output's shape, the workspace, both launches' grids and
+    their arguments that do not change from call to call."""
+
+    out_shape: tuple
+    lse_shape: tuple | None
+    capacity: int  # key positions the cache holds per sequence
+    part_acc: int  # fp32 elements of the partials (0: one split, no merge)
+    part_ml: int
+    tiles: int  # merge counters (fused merge only)
+    counted: bool
+    fwd_grid: tuple
+    fwd_tail: tuple  # strides, head counts, lengths, split sizes: the runtime arguments after `scale`
+    fwd_meta: dict
+    reduce_grid: tuple | None
+    reduce_tail: tuple
+    reduce_meta: dict
+
+
+_CALLS: dict[tuple, _Call] = {}
+_MAX_CALLS = 4096
+_FWD = Launcher(kvcache_fwd)
+_REDUCE = Launcher(kvcache_reduce)
+
+
+def _meta(t):
+    """What a tensor argument contributes to the call signature: everything Triton or the plan reads of it."""
+    if not isinstance(t, torch.Tensor):
+        return type(t)  # None, an int cache_seqlens (its value is a runtime argument), or refused by the checks
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
+
+
+def _int_class(n: int) -> tuple:
+    """How Triton specializes an int argument: equal to 1, divisible by 16, 32 or 64 bits."""
+    return n == 1, n % 16 == 0, -(2 ** 31) <= n < 2 ** 31
+
+
 def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, cache_batch_idx=None,
                       cache_leftpad=None, block_table=None, softmax_scale=None, causal=False, num_splits=0,
                       return_softmax_lse=False, *, config: DecodeConfig | None = None):
     """The launch behind `flash_attn_with_kvcache` (and `flash_attn_func` at decode shapes), with an optional
-    explicit `config`. Returns out `[B, Sq, Hq, D]`, and LSE `[B, Hq, Sq]` fp32 when asked."""
+    explicit `config`. Returns out `[B, Sq, Hq, D]`, and LSE `[B, Hq, Sq]` fp32 when asked.
+
+    The checks and the plan run once per call signature (`_meta` of every tensor, the flags, the config) and are
+    remembered; a repeat call allocates its output and workspace and launches through `_launch.Launcher` (no Triton
+    binder): host time per call is the point at decode, where every layer of every step makes one."""
+    key = (_meta(q), _meta(k_cache), _meta(v_cache), _meta(k), _meta(v), _meta(cache_seqlens),
+           _meta(cache_batch_idx), _meta(cache_leftpad), _meta(block_table), causal, num_splits,
+           return_softmax_lse, config)
+    try:
+        call = _CALLS.get(key)
+    except TypeError:  # an unhashable argument: checked (and refused) the slow way
+        call, key = None, None
+    if call is None:
+        call = _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
+                        causal, num_splits, return_softmax_lse, config)
+        if key is not None:
+            if len(_CALLS) >= _MAX_CALLS:
+                _CALLS.clear()
+            _CALLS[key] = call
+    out = torch.empty(call.out_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(call.lse_shape, dtype=torch.float32, device=q.device) if call.lse_shape else None
+    if call.fwd_grid is None:  # nothing to compute (an empty batch or head dim)
+        return (out, lse) if return_softmax_lse else out
+    part_acc = torch.empty(call.part_acc, dtype=torch.float32, device=q.device) if call.part_acc else None
+    part_ml = torch.empty(call.part_ml, dtype=torch.float32, device=q.device) if call.part_acc else None
+    count = counters(q.device, call.tiles) if call.counted else None
+    seqlens = cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None
+    capacity = call.capacity
+    seqlen_scalar = capacity if cache_seqlens is None else (0 if seqlens is not None else int(cache_seqlens))
+    d = q.shape[-1]
+    scale = (d ** -0.5 if softmax_scale is None else float(softmax_scale)) * _LOG2E
+    key_fwd = None if key is None else (key, _int_class(seqlen_scalar))
+    _FWD(key_fwd, call.fwd_grid,
+         (q, k_cache, v_cache, k, v, out, lse, seqlens, cache_batch_idx, cache_leftpad, block_table,
+          part_acc, part_ml, count, seqlen_scalar, scale, *call.fwd_tail), call.fwd_meta)
+    if call.reduce_grid is not None:
+        _REDUCE(key_fwd, call.reduce_grid,
+                (out, lse, seqlens, cache_leftpad, part_acc, part_ml, seqlen_scalar, *call.reduce_tail),
+                call.reduce_meta)
+    return (out, lse) if return_softmax_lse else out
+
+
+_LOG2E = math.log2(math.e)
+
+
+def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, causal,
+             num_splits, return_softmax_lse, config) -> _Call:
+    """Check the call (ValueError with the reason) and decide everything about its launches from shapes."""
     if not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError(f"flash-triton flash_attn_with_kvcache: num_splits must be an int >= 0, got {num_splits!r}")
     if problem := kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad,
@@ -83,43 +170,37 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
     page = k_cache.shape[1] if paged else 0
     capacity = block_table.shape[1] * page if paged else k_cache.shape[1]
     s_new = k.shape[1] if k is not None else 0
-    out = torch.empty((batch, sq, hq, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, hq, sq), dtype=torch.float32, device=q.device) if return_softmax_lse else None
-    if out.numel() == 0:
-        return (out, lse) if return_softmax_lse else out
+    out_shape = (batch, sq, hq, d)
+    lse_shape = (batch, hq, sq) if return_softmax_lse else None
+    if batch * sq * hq * d == 0:
+        return _Call(out_shape, lse_shape, capacity, 0, 0, 0, False, None, (), {}, None, (), {})
     p = plan(batch, hkv, sq * groups, capacity, q.device, cfg, num_splits)
     split = p.num_splits > 1
     tiles = batch * hkv * p.m_tiles
     width = block_d(d)  # the partials are as wide as the program's tiles (80, 96 -> 128)
-    part_acc = torch.empty(tiles * p.num_splits * p.block_m * width, dtype=torch.float32, device=q.device) if split else None
-    part_ml = torch.empty(tiles * p.num_splits * p.block_m * 2, dtype=torch.float32, device=q.device) if split else None
-    count = counters(q.device, tiles) if split and cfg.fused_reduce else None
-    seqlens = cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None
-    seqlen_scalar = capacity if cache_seqlens is None else (0 if seqlens is not None else int(cache_seqlens))
-    scale = (d ** -0.5 if softmax_scale is None else float(softmax_scale)) * math.log2(math.e)
 
     def strides(t, n=3):
-        return t.stride()[:n] if t is not None else (0,) * n
+        return tuple(t.stride()[:n]) if t is not None else (0,) * n
 
-    flags = dict(CAUSAL=bool(causal), APPEND=k is not None, HAS_SEQLENS=seqlens is not None,
-                 HAS_LEFTPAD=cache_leftpad is not None, STORE_LSE=lse is not None)
-    kvcache_fwd[(p.num_splits, batch * hkv, p.m_tiles)](
-        q, k_cache, v_cache, k, v, out, lse, seqlens, cache_batch_idx, cache_leftpad, block_table,
-        part_acc, part_ml, count, seqlen_scalar, scale,
-        *strides(q), *strides(k_cache), *strides(v_cache), *strides(k), *strides(v), *strides(out),
-        block_table.stride(0) if paged else 0,
-        hq, hkv, groups, sq, s_new, capacity, p.split_len, p.num_splits,
-        HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_N=cfg.block_n, PAGE_SIZE=page,
-        HAS_BATCH_IDX=cache_batch_idx is not None, SPLIT=split, FUSED_REDUCE=cfg.fused_reduce, BLOCK_D=width, **flags,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
-    if split and not cfg.fused_reduce:
-        kvcache_reduce[(batch * hkv, p.m_tiles)](
-            out, lse, seqlens, cache_leftpad, part_acc, part_ml, seqlen_scalar, *strides(out),
-            hq, hkv, groups, sq, s_new, capacity, p.split_len, p.num_splits,
-            HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_D=width, **flags, num_warps=4,
-        )
-    return (out, lse) if return_softmax_lse else out
+    # the output is allocated per call with `out_shape`: contiguous, so its strides are known here
+    out_strides = (sq * hq * d, hq * d, d)
+    heads = (hq, hkv, groups, sq, s_new, capacity, p.split_len, p.num_splits)
+    flags = dict(CAUSAL=bool(causal), APPEND=k is not None, HAS_SEQLENS=isinstance(cache_seqlens, torch.Tensor),
+                 HAS_LEFTPAD=cache_leftpad is not None, STORE_LSE=return_softmax_lse)
+    fwd_tail = (*strides(q), *strides(k_cache), *strides(v_cache), *strides(k), *strides(v), *out_strides,
+                block_table.stride(0) if paged else 0, *heads)
+    fwd_meta = dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_N=cfg.block_n, PAGE_SIZE=page,
+                    HAS_BATCH_IDX=cache_batch_idx is not None, SPLIT=split, FUSED_REDUCE=cfg.fused_reduce,
+                    BLOCK_D=width, **flags, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    two_launch = split and not cfg.fused_reduce
+    return _Call(out_shape, lse_shape, capacity,
+                 part_acc=tiles * p.num_splits * p.block_m * width if split else 0,
+                 part_ml=tiles * p.num_splits * p.block_m * 2 if split else 0,
+                 tiles=tiles, counted=split and cfg.fused_reduce,
+                 fwd_grid=(p.num_splits, batch * hkv, p.m_tiles), fwd_tail=fwd_tail, fwd_meta=fwd_meta,
+                 reduce_grid=(batch * hkv, p.m_tiles) if two_launch else None,
+                 reduce_tail=(*out_strides, *heads),
+                 reduce_meta=dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_D=width, **flags, num_warps=4))
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,

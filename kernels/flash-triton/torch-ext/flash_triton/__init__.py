@@ -41,13 +41,14 @@ from ._config import (
 )
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
-from ._splits import DecodeConfig, cdiv
+from ._launch import fast_launch_problem, launcher, rebase
+from ._splits import DecodeConfig, cdiv, sm_count
 from ._varlen import flash_attn_varlen_func, gluon_varlen_unsupported, varlen_attention
 
 ACCEPTS_STRIDED = True  # any batch/seq/head strides with a contiguous head dim: callers may pass views, no copies
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
            "kvcache_attention", "Config", "DecodeConfig", "default_config", "choose_config", "check_inputs",
-           "gluon_unsupported", "gluon_varlen_unsupported", "tma_layout", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES",
+           "gluon_unsupported", "gluon_varlen_unsupported", "tma_layout", "fast_launch_problem", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES",
            "INTERPRETED"]
 
 _DECODE_ROWS = 64  # Sq x G rows up to which flash_attn_func takes the decode program (one decode M tile)
@@ -238,78 +239,97 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     else:
         out = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
     if kind == "gluon":
-        _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads")
+        _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads", key=key)
         return out
     if cfg.use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        if layout == "heads":  # 2-D views [B*H*S, D]: a tile is BLOCK consecutive rows of one head
-            desc_q = TensorDescriptor(q, [b * hq * sq, d], [d, 1], [cfg.block_m, d])
-            desc_k = TensorDescriptor(k, [b * hkv * sk, d], [d, 1], [cfg.block_n, d])
-            desc_v = TensorDescriptor(v, [b * hkv * sk, d], [d, 1], [cfg.block_n, d])
-        else:  # 2-D views [B*S, H*D]: a tile is BLOCK rows of one head's D columns
-            desc_q = TensorDescriptor(q, [b * sq, hq * d], [hq * d, 1], [cfg.block_m, d])
-            desc_k = TensorDescriptor(k, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d])
-            desc_v = TensorDescriptor(v, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d])
+        def make():
+            if layout == "heads":  # 2-D views [B*H*S, D]: a tile is BLOCK consecutive rows of one head
+                return (TensorDescriptor(q, [b * hq * sq, d], [d, 1], [cfg.block_m, d]),
+                        TensorDescriptor(k, [b * hkv * sk, d], [d, 1], [cfg.block_n, d]),
+                        TensorDescriptor(v, [b * hkv * sk, d], [d, 1], [cfg.block_n, d]))
+            # 2-D views [B*S, H*D]: a tile is BLOCK rows of one head's D columns
+            return (TensorDescriptor(q, [b * sq, hq * d], [hq * d, 1], [cfg.block_m, d]),
+                    TensorDescriptor(k, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d]),
+                    TensorDescriptor(v, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d]))
+
+        desc_q, desc_k, desc_v = _descs(key, (q, k, v), make)
     else:
         desc_q = desc_k = desc_v = None
-    grid = (cdiv(sq, cfg.block_m), b * hq)
-    attention_fwd[grid](
-        q, k, v, out, desc_q, desc_k, desc_v, scale * math.log2(math.e),
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
-        hq, hq // hkv, sq, sk, None, None,
-        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma,
-        WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
-        LAZY_RESCALE=cfg.lazy_rescale, HEADS_IN_ROWS=cfg.use_tma and layout == "heads", BLOCK_D=block_d(d),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+    launcher(attention_fwd)(
+        key, (cdiv(sq, cfg.block_m), b * hq),
+        (q, k, v, out, desc_q, desc_k, desc_v, scale * _LOG2E,
+         q.stride(0), q.stride(1), q.stride(2),
+         k.stride(0), k.stride(1), k.stride(2),
+         v.stride(0), v.stride(1), v.stride(2),
+         out.stride(0), out.stride(1), out.stride(2),
+         hq, hq // hkv, sq, sk, None, None),
+        dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma,
+             WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
+             LAZY_RESCALE=cfg.lazy_rescale, HEADS_IN_ROWS=cfg.use_tma and layout == "heads", BLOCK_D=block_d(d),
+             num_warps=cfg.num_warps, num_stages=cfg.num_stages))
     return out
 
 
+_LOG2E = math.log2(math.e)
+_DESCS: dict[tuple, tuple] = {}  # plan key -> the TMA descriptors its first call made (templates, `_launch.rebase`)
+
+
+def _descs(key, tensors: tuple, make) -> tuple:
+    """The call's TMA descriptors over `tensors`: `make()` on a signature's first call, its descriptors rebased on
+    the new tensors after that (same shapes, strides and alignment: the key says so)."""
+    templates = _DESCS.get(key) if key is not None else None
+    if templates is None:
+        templates = make()
+        if key is not None:
+            if len(_DESCS) >= _MAX_PLANS:
+                _DESCS.clear()
+            _DESCS[key] = templates
+        return templates
+    return tuple(rebase(tpl, t) for tpl, t in zip(templates, tensors))
+
+
 def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float, causal: bool,
-                  cfg: Config, heads_in_rows: bool) -> None:
+                  cfg: Config, heads_in_rows: bool, key=None) -> None:
     from ._gluon import attention_fwd_sm90, attention_fwd_sm90_ws, attention_fwd_sm90_wsp, tma_desc
     from ._gluon_varlen import attention_fwd_sm90_ws_varlen
 
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
-    scale2 = scale * math.log2(math.e)
+    scale2 = scale * _LOG2E
     width = block_d(d)  # 80, 96: computed on zero-padded 128-wide tiles (`tma_desc`)
     if cfg.varlen:  # every sequence Sq queries and Sk keys, any lengths: the ends masked, O stored row by row
-        attention_fwd_sm90_ws_varlen[(cdiv(sq, cfg.block_m), b * hq)](
+        dq, dk, dv = _descs(key, (q, k, v), lambda: (
             tma_desc(q, cfg.block_m // 2, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
-            tma_desc(v, cfg.block_n, heads_in_rows), out, d if heads_in_rows else hq * d, scale2,
-            hq, hq // hkv, None, None, sq, sk,
-            HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-            num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
-            JOINT_RELEASE=cfg.joint_release,
-        )
+            tma_desc(v, cfg.block_n, heads_in_rows)))
+        launcher(attention_fwd_sm90_ws_varlen)(
+            key, (cdiv(sq, cfg.block_m), b * hq),
+            (dq, dk, dv, out, d if heads_in_rows else hq * d, scale2, hq, hq // hkv, None, None, sq, sk),
+            dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
+                 num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
+                 JOINT_RELEASE=cfg.joint_release))
         return
     if cfg.persistent:
         tiles = sq // cfg.block_m * b * hq
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        attention_fwd_sm90_wsp[(min(tiles, sms),)](
-            tma_desc(q, cfg.block_m // 2, False), tma_desc(k, cfg.block_n, False),
-            tma_desc(v, cfg.block_n, False), out, hq * d, scale2,
-            hq, hq // hkv, sq, sk, tiles,
-            HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-            num_warps=cfg.num_warps,
-        )
+        sms = sm_count(q.device)
+        dq, dk, dv = _descs(key, (q, k, v), lambda: (
+            tma_desc(q, cfg.block_m // 2, False), tma_desc(k, cfg.block_n, False), tma_desc(v, cfg.block_n, False)))
+        launcher(attention_fwd_sm90_wsp)(
+            key, (min(tiles, sms),), (dq, dk, dv, out, hq * d, scale2, hq, hq // hkv, sq, sk, tiles),
+            dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
+                 num_warps=cfg.num_warps))
         return
     program = attention_fwd_sm90_ws if cfg.warp_specialize else attention_fwd_sm90
     ws_only = {"JOINT_RELEASE": cfg.joint_release} if cfg.warp_specialize else {}
     q_rows = cfg.block_m // 2 if cfg.warp_specialize else cfg.block_m  # each consumer warpgroup loads its half
-    grid = (sq // cfg.block_m, b * hq)
-    program[grid](
+    dq, dk, dv, do = _descs(key, (q, k, v, out), lambda: (
         tma_desc(q, q_rows, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
-        tma_desc(v, cfg.block_n, heads_in_rows), tma_desc(out, q_rows, heads_in_rows),
-        scale2, hq, hq // hkv, sq, sk,
-        HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-        num_warps=cfg.num_warps, HEADS_IN_ROWS=heads_in_rows, **ws_only,
-    )
+        tma_desc(v, cfg.block_n, heads_in_rows), tma_desc(out, q_rows, heads_in_rows)))
+    launcher(program)(
+        key, (sq // cfg.block_m, b * hq), (dq, dk, dv, do, scale2, hq, hq // hkv, sq, sk),
+        dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
+             num_warps=cfg.num_warps, HEADS_IN_ROWS=heads_in_rows, **ws_only))
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
