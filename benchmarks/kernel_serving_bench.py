@@ -194,10 +194,11 @@ def varlen_rows(mod, lengths: list[int], hq: int, hkv: int, d: int, flex_ok: boo
 def tune_rows(mod, hq: int, hkv: int, d: int, l2_bytes: int) -> list[dict]:
     """Decode configs on a few points, graph-timed: the data behind TUNING.md's decode step."""
     c = mod.DecodeConfig
-    configs = [c(), c(block_n=128), c(num_stages=2), c(num_stages=4), c(num_warps=8), c(fused_reduce=False),
-               c(ctas_per_sm=1), c(ctas_per_sm=3), c(ctas_per_sm=4), c(block_n=128, num_stages=2),
-               c(block_n=128, ctas_per_sm=1), c(block_n=128, num_stages=4, ctas_per_sm=1), c(num_stages=4, ctas_per_sm=1),
-               c(block_n=32, num_stages=4), c(num_warps=2)]
+    configs = [c(), c(prefetch_merge=True), c(ctas_per_sm=1), c(ctas_per_sm=1, prefetch_merge=True),
+               c(block_n=128, ctas_per_sm=1), c(block_n=128, ctas_per_sm=1, prefetch_merge=True),
+               c(num_stages=4, ctas_per_sm=1, prefetch_merge=True), c(num_warps=2, ctas_per_sm=1, prefetch_merge=True),
+               c(fused_reduce=False, prefetch_merge=True), c(fused_reduce=False, ctas_per_sm=1, prefetch_merge=True),
+               c(ctas_per_sm=3, prefetch_merge=True), c(block_n=128, prefetch_merge=True)]
     return [row for b, s in TUNE_POINTS for row in _tune_point(mod, configs, b, s, hq, hkv, d, l2_bytes)]
 
 

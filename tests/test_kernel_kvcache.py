@@ -22,9 +22,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = ROOT / "kernels" / "flash-triton"
-# seven: more splits than the merge takes per step (CHUNK = 4), and not a multiple of it
-SPLITS = {"one": (1, True), "three-fused": (3, True), "three-2-launch": (3, False), "seven-fused": (7, True),
-          "seven-2-launch": (7, False), "heuristic": (0, True)}
+# name -> (splits, fused merge, prefetching merge)
+SPLITS = {"one": (1, True, False), "three-fused": (3, True, False), "three-2-launch": (3, False, False),
+          "seven-fused-prefetch": (7, True, True), "seven-2-launch-prefetch": (7, False, True),
+          "heuristic": (0, True, False)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -70,8 +71,8 @@ def _child() -> dict:
     b, s, hq, hkv, d = 3, 200, 4, 2, 64
     kc, vc, q, kn, vn = rand(b, s, hkv, d), rand(b, s, hkv, d), rand(b, 1, hq, d), rand(b, 1, hkv, d), rand(b, 1, hkv, d)
     seqlens = torch.tensor([50, 0, 130], dtype=torch.int32)
-    for name, (splits, fused) in SPLITS.items():
-        cfg = mod.DecodeConfig(block_n=32, fused_reduce=fused)
+    for name, (splits, fused, prefetch) in SPLITS.items():
+        cfg = mod.DecodeConfig(block_n=32, fused_reduce=fused, prefetch_merge=prefetch)
         r, out, kc1, vc1, kc0 = _check_call(mod, q, kc, vc, kn, vn, seqlens, True, num_splits=splits, config=cfg)
         written = all(torch.equal(kc1[i, seqlens[i]], kn[i, 0]) and torch.equal(vc1[i, seqlens[i]], vn[i, 0])
                       for i in range(b))
@@ -118,7 +119,8 @@ def _child() -> dict:
     # 16-key blocks: 4 splits, and the padding (19 keys) empties the first, so the merge starts past split 0
     out, lse = mod.kvcache_attention(q, kc, vc, cache_seqlens=torch.tensor([40, 0], dtype=torch.int32),
                                      cache_batch_idx=idx, cache_leftpad=torch.tensor([19, 0], dtype=torch.int32),
-                                     num_splits=4, return_softmax_lse=True, config=mod.DecodeConfig(block_n=16))
+                                     num_splits=4, return_softmax_lse=True,
+                                     config=mod.DecodeConfig(block_n=16, prefetch_merge=True))
     from kernel_ref import Check, lse_reference
 
     check = Check()

@@ -67,20 +67,25 @@ def main() -> int:
               f"{host_us(ours, args.calls):8.1f} {host_us(lambda: sdpa(qh, kh, vh, is_causal=causal), args.calls):8.1f} "
               f"{gpu.p50 * 1e3:8.1f}" + ("" if gpu.method == "cuda-graph" else f" ({gpu.method})"), flush=True)
         if args.profile and (b, s) == (8, 1024):
-            prof = cProfile.Profile()
-            prof.enable()
-            for _ in range(200):
-                ours()
-            prof.disable()
-            torch.cuda.synchronize()
-            buf = io.StringIO()
-            pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
-            print(buf.getvalue())
-    decode_table(mod, args.calls)
+            print_profile(ours)
+    decode_table(mod, args.calls, args.profile)
     return 0
 
 
-def decode_table(mod, calls: int) -> None:
+def print_profile(fn, calls: int = 200) -> None:
+    """The top of a cProfile of `calls` calls of fn: where the host microseconds go."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(18)
+    print(buf.getvalue())
+
+
+def decode_table(mod, calls: int, profile: bool = False) -> None:
     """flash_attn_with_kvcache (cache_seqlens a [B] tensor, as serving loops pass it) against SDPA on the same decode
     step (q [B, 32, 1, 128] over k/v [B, 8, S, 128], enable_gqa), host µs per call and GPU µs per graph replay."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -102,6 +107,8 @@ def decode_table(mod, calls: int) -> None:
         p = mod.DecodeConfig().label()
         print(f"{b:>3} {s:>6} {p:<34} {host_us(ours, calls):8.1f} {host_us(theirs, calls):8.1f} "
               f"{gpu.p50 * 1e3:8.1f} {gpu_sdpa.p50 * 1e3:8.1f}", flush=True)
+        if profile and (b, s) == (1, 8192):
+            print_profile(ours)
 
 
 if __name__ == "__main__":

@@ -35,12 +35,14 @@ class DecodeConfig:
     num_splits: int = 0  # 0: the heuristic below; n > 0: n splits (capped at the number of key blocks)
     max_block_m: int = 64  # the GQA group's query rows per M tile (Sq x Hq/Hkv rows, padded to >= 16)
     ctas_per_sm: int = 2  # CTA slots per SM the split heuristic fills (FlashAttention-2 counts 2)
+    prefetch_merge: bool = False  # the merge loads split s + 1 before merging split s (`_decode._reduce_splits`)
 
     def label(self) -> str:
         return (f"decode {self.block_n} w{self.num_warps} s{self.num_stages} "
                 + ("fused" if self.fused_reduce else "2-launch")
                 + (f" splits={self.num_splits}" if self.num_splits else "")
-                + (f" {self.ctas_per_sm}/SM" if self.ctas_per_sm != 2 else ""))
+                + (f" {self.ctas_per_sm}/SM" if self.ctas_per_sm != 2 else "")
+                + (" prefetch" if self.prefetch_merge else ""))
 
 
 DEFAULT = DecodeConfig()

@@ -162,37 +162,57 @@ def _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ,
 
 
 @triton.jit
-def _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M: tl.constexpr,
-                   HEAD_DIM: tl.constexpr, NUM_SPLITS_MAX, CHUNK: tl.constexpr = 4):
-    """Merge the partials of splits [n_lo, n_hi) of one (b, kv head, M tile). Partials `[tiles, splits, BLOCK_M, D]`
-    (acc) and `[tiles, splits, BLOCK_M, 2]` (m, l), read past L1 (`.cg`: another SM wrote them). HEAD_DIM here is the
-    partials' width, BLOCK_D.
+def _merge(m_a, l_a, acc_a, m_b, l_b, acc_b):
+    """Log-sum-exp merge of two partial softmax states (base 2); a state with m = -inf contributes nothing."""
+    m = tl.maximum(m_a, m_b)
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    a = tl.math.exp2(m_a - m_use)
+    b = tl.math.exp2(m_b - m_use)
+    return m, l_a * a + l_b * b, acc_a * a[:, None] + acc_b * b[:, None]
 
-    CHUNK splits per step, their loads issued together: a merge is a chain of L2 round trips (the partials are a few
-    KiB each), so one split per step made the last CTA of a tile wait ~30 round trips at batch 1 (~10 µs of a 21 µs
-    call on the H200: the two-launch merge measured that much); CHUNK = 4 makes it ~8."""
+
+@triton.jit
+def _partial(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+             NUM_SPLITS_MAX):
+    """Split s's partial (m, l, acc) of one tile, read past L1 (`.cg`: another SM wrote it); nothing for s >= n_hi
+    (m = -inf: merges as nothing)."""
+    base = tile.to(tl.int64) * NUM_SPLITS_MAX + s
+    ok = row_ok & (rows * 0 + s < n_hi)
+    ml = PartML + (base * BLOCK_M + rows) * 2
+    m_s = tl.load(ml, mask=ok, other=float("-inf"), cache_modifier=".cg")
+    l_s = tl.load(ml + 1, mask=ok, other=0.0, cache_modifier=".cg")
+    acc_s = tl.load(PartAcc + (base * BLOCK_M + rows)[:, None] * HEAD_DIM + offs_d[None, :], mask=ok[:, None],
+                    other=0.0, cache_modifier=".cg")
+    return m_s, l_s, acc_s
+
+
+@triton.jit
+def _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, NUM_SPLITS_MAX, PREFETCH: tl.constexpr = False):
+    """Merge the partials of splits [n_lo, n_hi) of one (b, kv head, M tile). Partials `[tiles, splits, BLOCK_M, D]`
+    (acc) and `[tiles, splits, BLOCK_M, 2]` (m, l); HEAD_DIM here is the partials' width, BLOCK_D.
+
+    The merge is a chain of L2 round trips, one per split. `PREFETCH` loads split s + 1 before merging split s, so
+    each round trip overlaps the previous merge. (Four splits per step as one [4, BLOCK_M, D] load, tried on the
+    H200, ran 2-3x slower than this loop: `scripts/gpu/decode30a.sh`.)"""
     offs_d = tl.arange(0, HEAD_DIM)
-    offs_c = tl.arange(0, CHUNK)
     rows = offs_m % BLOCK_M
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for s0 in range(n_lo, n_hi, CHUNK):
-        split = s0 + offs_c  # [CHUNK]
-        base = tile.to(tl.int64) * NUM_SPLITS_MAX + split  # [CHUNK]
-        ok = (split < n_hi)[:, None] & row_ok[None, :]  # [CHUNK, BLOCK_M]
-        idx = base[:, None] * BLOCK_M + rows[None, :]  # [CHUNK, BLOCK_M]: partial rows
-        m_c = tl.load(PartML + idx * 2, mask=ok, other=float("-inf"), cache_modifier=".cg")
-        l_c = tl.load(PartML + idx * 2 + 1, mask=ok, other=0.0, cache_modifier=".cg")
-        acc_c = tl.load(PartAcc + idx[:, :, None] * HEAD_DIM + offs_d[None, None, :], mask=ok[:, :, None], other=0.0,
-                        cache_modifier=".cg")  # [CHUNK, BLOCK_M, D]
-        m_new = tl.maximum(m_i, tl.max(m_c, 0))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no split saw a key yet: exp2 gives 0, not NaN
-        w = tl.math.exp2(m_c - m_use[None, :])  # [CHUNK, BLOCK_M]; 0 for the masked splits
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(w * l_c, 0)
-        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * acc_c, 0)
-        m_i = m_new
+    if PREFETCH:
+        m_n, l_n, acc_n = _partial(PartAcc, PartML, tile, n_lo, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                   NUM_SPLITS_MAX)
+        for s in range(n_lo, n_hi):
+            m_s, l_s, acc_s = m_n, l_n, acc_n
+            m_n, l_n, acc_n = _partial(PartAcc, PartML, tile, s + 1, n_hi, rows, offs_d, row_ok, BLOCK_M,
+                                       HEAD_DIM, NUM_SPLITS_MAX)
+            m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s)
+    else:
+        for s in range(n_lo, n_hi):
+            m_s, l_s, acc_s = _partial(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                       NUM_SPLITS_MAX)
+            m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s)
     return m_i, l_i, acc
 
 
@@ -209,7 +229,8 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
                 CAUSAL: tl.constexpr, APPEND: tl.constexpr, HAS_SEQLENS: tl.constexpr,
                 HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr, SPLIT: tl.constexpr,
-                FUSED_REDUCE: tl.constexpr, STORE_LSE: tl.constexpr, BLOCK_D: tl.constexpr = 128):
+                FUSED_REDUCE: tl.constexpr, STORE_LSE: tl.constexpr, BLOCK_D: tl.constexpr = 128,
+                PREFETCH: tl.constexpr = False):
     """grid = (num_splits, B * Hkv, cdiv(Sq * G, BLOCK_M)). q `[B, Sq, Hq, D]`, caches dense `[B_c, S_c, Hkv, D]` or
     paged `[blocks, PAGE_SIZE, Hkv, D]`, k/v new `[B, Snew, Hkv, D]`, out `[B, Sq, Hq, D]`; last dims contiguous."""
     s = tl.program_id(0)
@@ -293,7 +314,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
             if done == num_splits - 1:  # the last CTA of this tile: merge every non-empty split, reset the counter
                 n_lo, n_hi = _split_span(lo, limit, split_len)
                 m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D,
-                                               num_splits)
+                                               num_splits, PREFETCH)
                 _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
                         STORE_LSE, HEAD_DIM, BLOCK_D)
                 tl.atomic_xchg(Counters + tile, 0)
@@ -308,7 +329,7 @@ def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, PartML, seqlen_scalar,
                    HQ, HKV, GROUPS, SQ, S_NEW, cap, split_len, num_splits,
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, APPEND: tl.constexpr,
                    HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, STORE_LSE: tl.constexpr,
-                   BLOCK_D: tl.constexpr = 128):
+                   BLOCK_D: tl.constexpr = 128, PREFETCH: tl.constexpr = False):
     """The merge as its own launch (when `FUSED_REDUCE` is off): grid = (B * Hkv, M tiles)."""
     bk = tl.program_id(0)
     mt = tl.program_id(1)
@@ -319,6 +340,7 @@ def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, PartML, seqlen_scalar,
     offs_m, qi, g, row_ok = _tile_rows(mt, SQ, GROUPS, BLOCK_M)
     limit = _key_limit(mt, total, SQ, GROUPS, CAUSAL, BLOCK_M)
     n_lo, n_hi = _split_span(lo, limit, split_len)
-    m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D, num_splits)
+    m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D, num_splits,
+                                   PREFETCH)
     _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
             STORE_LSE, HEAD_DIM, BLOCK_D)

@@ -40,18 +40,32 @@ def _knobs():
     return knobs
 
 
-def fast_launch_problem() -> str | None:
-    """None when launches can skip Triton's binder here, else why not (this module's docstring)."""
+def _static_problem() -> str | None:
     from ._config import INTERPRETED
 
     if INTERPRETED:
         return "Triton's interpreter runs every launch through the interpreter"
     if _OFF:
         return "FLASH_TRITON_FAST_LAUNCH=0"
-    knobs = _knobs()
-    if knobs is None:
+    if _knobs() is None:
         return "this Triton has no triton.knobs (launch hooks unknown)"
-    if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+    return None
+
+
+_STATIC = _static_problem()
+
+
+def _hooked(hook) -> bool:
+    """Whether a launch hook is set: None or, from Triton 3.5, a `HookChain` with no calls means none."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def fast_launch_problem() -> str | None:
+    """None when launches can skip Triton's binder here, else why not (this module's docstring)."""
+    if _STATIC is not None:
+        return _STATIC
+    runtime = _knobs().runtime
+    if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
         return "a Triton launch hook is installed (a profiler): every launch goes through kernel[grid]"
     return None
 
