@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ SMEM_PER_SM = 232448
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(f"flash_triton_{name}", SOURCE / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is made (`_splits`)
     spec.loader.exec_module(mod)
     return mod
 
@@ -54,14 +56,17 @@ def _usage(kernel, tmp: Path) -> tuple[int, int]:
     return int(re.search(r"REG:(\d+)", out).group(1)), int(re.search(r"LOCAL:(\d+)", out).group(1))
 
 
-def compile_decode(page: int, append: bool, fused: bool):
+def compile_decode(page: int, append: bool, fused: bool, d: int = 128):
+    """The decode program as the shipped default config launches it at head dim d (`DecodeConfig.for_head_dim`)."""
     fn = _load("_decode").kvcache_fwd
+    cfg = _load("_splits").DecodeConfig().for_head_dim(d)
     pointers = {n: "*bf16" for n in ("Q", "KCache", "VCache", "KNew", "VNew", "O")}
     pointers.update(LSE="*fp32", Seqlens="*i32", BatchIdx="*i32", LeftPad="*i32", Table="*i32", PartAcc="*fp32",
                     PartML="*fp32", Counters="*i32", qk_scale="fp32")
-    const = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=64, PAGE_SIZE=page, CAUSAL=append, APPEND=append, HAS_SEQLENS=True,
-                 HAS_BATCH_IDX=False, HAS_LEFTPAD=False, SPLIT=True, FUSED_REDUCE=fused, STORE_LSE=False,
-                 LSE=None, BatchIdx=None, LeftPad=None)
+    const = dict(HEAD_DIM=d, BLOCK_D=d, BLOCK_M=16, BLOCK_N=cfg.block_n, PAGE_SIZE=page, CAUSAL=append,
+                 APPEND=append, HAS_SEQLENS=True, HAS_BATCH_IDX=False, HAS_LEFTPAD=False, SPLIT=True,
+                 FUSED_REDUCE=fused, STORE_LSE=False, PREFETCH=cfg.prefetch_merge, LSE=None, BatchIdx=None,
+                 LeftPad=None)
     if not append:
         const.update(KNew=None, VNew=None)
     if not page:
@@ -69,7 +74,7 @@ def compile_decode(page: int, append: bool, fused: bool):
     if not fused:
         const["Counters"] = None
     return _compile(fn, pointers, const, lambda n: n in pointers and n != "qk_scale" or n.startswith("stride")
-                    or n in ("cap", "split_len"))
+                    or n in ("cap", "split_len"), stages=cfg.num_stages, warps=cfg.num_warps)
 
 
 pytestmark = pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason="this Triton wheel ships no cuobjdump")
@@ -78,10 +83,10 @@ pytestmark = pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason="this T
 @pytest.fixture(scope="module")
 def decode():
     return {"dense": compile_decode(0, False, True), "paged64-append": compile_decode(64, True, True),
-            "paged16-2launch": compile_decode(16, False, False)}
+            "paged16-2launch": compile_decode(16, False, False), "dense-d256": compile_decode(0, False, True, d=256)}
 
 
-@pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch"])
+@pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch", "dense-d256"])
 def test_decode_program_is_pipelined_without_spills(decode, variant, tmp_path):
     kernel = decode[variant]
     regs, local = _usage(kernel, tmp_path)

@@ -4,9 +4,10 @@ Everything here is decided from shapes on the host (never from `cache_seqlens`, 
 decode step launches the same grid every time its shapes repeat and can be captured in a CUDA graph.
 
 Splits: FlashAttention-2's heuristic (`num_splits_heuristic` in flash_api.cpp). With fewer CTAs than ~0.8 × the
-slots of two CTAs per SM, split the keys so that the waves are nearly full: for each split count, the fraction
-of the last wave that is busy, and take the smallest count within 85 % of the best. Batch 1 with 8 KV heads on 132
-SMs gets ~30 splits; batch 64 gets none. The split length is a whole number of key blocks.
+CTA slots (`ctas_per_sm` × SMs; FlashAttention-2 counts 2 per SM, we count 1), split the keys so that the waves are
+nearly full: for each split count, the fraction of the last wave that is busy, and take the smallest count within
+85 % of the best. Batch 1 with 8 KV heads on 132 SMs gets ~16 splits; batch 64 gets none. The split length is a
+whole number of key blocks.
 
 Counters (the fused merge): one int32 per (b, kv head, M tile), 0 before a call and put back to 0 by the CTA that
 merges. They come from a ring of zeros per device, handed out in consecutive slices, so calls in flight on
@@ -17,6 +18,7 @@ memset is captured with it).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from dataclasses import dataclass
@@ -28,21 +30,29 @@ import torch
 class DecodeConfig:
     """Launch shape of the decode program (`_decode.py`): key block, warps, pipelining depth, how partials merge."""
 
-    block_n: int = 64
+    block_n: int = 0  # keys per tile; 0: by head dim (`for_head_dim`)
     num_warps: int = 4
     num_stages: int = 3
     fused_reduce: bool = True  # the last CTA of a tile merges the splits (one launch); else a second launch does
     num_splits: int = 0  # 0: the heuristic below; n > 0: n splits (capped at the number of key blocks)
     max_block_m: int = 64  # the GQA group's query rows per M tile (Sq x Hq/Hkv rows, padded to >= 16)
-    ctas_per_sm: int = 2  # CTA slots per SM the split heuristic fills (FlashAttention-2 counts 2)
-    prefetch_merge: bool = False  # the merge loads split s + 1 before merging split s (`_decode._reduce_splits`)
+    # CTA slots per SM the split heuristic fills. FlashAttention-2 counts 2; on the H200 1 (half the splits, twice
+    # as long: less to merge, longer K/V streams) was faster at batch 1-4 and equal above (decode30b.sh)
+    ctas_per_sm: int = 1
+    prefetch_merge: bool = True  # the merge loads split s + 1 before merging split s (`_decode._reduce_splits`)
+
+    def for_head_dim(self, d: int) -> DecodeConfig:
+        """This config with block_n decided: 128-key tiles up to head dim 128 (three stages of K and V: 192 KiB of
+        shared memory; 8-16 % faster than 64 at batch 1-64 on the H200, decode30b.sh), 64 above (256: the same)."""
+        if self.block_n:
+            return self
+        return dataclasses.replace(self, block_n=128 if d <= 128 else 64)
 
     def label(self) -> str:
-        return (f"decode {self.block_n} w{self.num_warps} s{self.num_stages} "
+        return (f"decode {self.block_n or 'auto'} w{self.num_warps} s{self.num_stages} "
                 + ("fused" if self.fused_reduce else "2-launch")
                 + (f" splits={self.num_splits}" if self.num_splits else "")
-                + (f" {self.ctas_per_sm}/SM" if self.ctas_per_sm != 2 else "")
-                + (" prefetch" if self.prefetch_merge else ""))
+                + f" {self.ctas_per_sm}/SM" + (" prefetch" if self.prefetch_merge else ""))
 
 
 DEFAULT = DecodeConfig()
@@ -125,10 +135,9 @@ _lock = threading.Lock()
 
 def counters(device: torch.device, n: int) -> torch.Tensor:
     """`n` int32 counters that are 0 now and that the merging CTAs put back to 0 (see the module docstring)."""
-    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     with _lock:
         ring = _rings.get(device)
-        if n > _RING_SIZE or (ring is None and capturing):
+        if n > _RING_SIZE or (ring is None and device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             return torch.zeros(n, dtype=torch.int32, device=device)
         if ring is None:
             ring = _rings[device] = [_zeros_outside_graph_pools(device), 0]

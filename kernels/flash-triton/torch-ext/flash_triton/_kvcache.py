@@ -162,8 +162,8 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
     if problem := kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad,
                                   block_table):
         raise ValueError(f"flash-triton flash_attn_with_kvcache: {problem}")
-    cfg = config or DEFAULT
     batch, sq, hq, d = q.shape
+    cfg = (config or DEFAULT).for_head_dim(d)
     hkv = k_cache.shape[2]
     groups = hq // hkv
     paged = block_table is not None

@@ -53,6 +53,7 @@ def _static_problem() -> str | None:
 
 
 _STATIC = _static_problem()
+_KNOBS = _knobs()
 
 
 def _hooked(hook) -> bool:
@@ -64,7 +65,7 @@ def fast_launch_problem() -> str | None:
     """None when launches can skip Triton's binder here, else why not (this module's docstring)."""
     if _STATIC is not None:
         return _STATIC
-    runtime = _knobs().runtime
+    runtime = _KNOBS.runtime
     if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
         return "a Triton launch hook is installed (a profiler): every launch goes through kernel[grid]"
     return None
