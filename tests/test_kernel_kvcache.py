@@ -93,7 +93,9 @@ def _child() -> dict:
         q, kn, vn = rand(3, sq, hq, d), rand(3, sq, hkv, d), rand(3, sq, hkv, d)
         lens = torch.tensor(lengths, dtype=torch.int32)
         r, out, pk1, _, _ = _check_call(mod, q, pk, pv, kn, vn, lens, True, block_table=table, num_splits=3)
-        _, out_dense, dk1, _, _ = _check_call(mod, q, dense_k, dense_v, kn, vn, lens, True, num_splits=3)
+        same_tiles = mod.DecodeConfig().for_head_dim(d, page)  # the tiles the paged call took by default
+        _, out_dense, dk1, _, _ = _check_call(mod, q, dense_k, dense_v, kn, vn, lens, True, num_splits=3,
+                                              config=same_tiles)
         written = all(torch.equal(pk1[table[i, n // page].long(), n % page], kn[i, 0]) for i, n in enumerate(lengths))
         results[f"paged/{page}"] = {**r, "written": written, "same_as_dense": bool(torch.equal(out, out_dense))}
 
@@ -241,6 +243,24 @@ def test_splits_come_from_shapes_like_flash_attention_2():
     assert (p.block_m, p.m_tiles, p.num_splits, p.split_len) == (16, 1, 16, 512)
     p = splits.plan(1, 8, 4, 100, torch.device("cpu"), splits.DecodeConfig(block_n=64), num_splits=16)
     assert p.num_splits == 2 and p.split_len == 64  # never more splits than key blocks
+
+
+def test_default_tiles_by_head_dim_and_page_size():
+    splits = importlib.import_module(_module().__name__ + "._splits")
+    cfg = splits.DecodeConfig()
+    assert [cfg.for_head_dim(d).block_n for d in (64, 96, 128, 256)] == [128, 128, 128, 64]
+    assert cfg.for_head_dim(128, page=64).block_n == 64 and cfg.for_head_dim(128, page=256).block_n == 128
+    assert splits.DecodeConfig(block_n=32).for_head_dim(128).block_n == 32  # an explicit choice stays
+
+
+def test_merge_counters_are_16_byte_aligned_slices():
+    """Triton specializes a pointer on 16-byte alignment; the fast launch reuses a kernel compiled for the first
+    call's counters, so every slice of the ring must have the same alignment (an odd slice once broke that on the H200:
+    FLASH_TRITON_CHECK_LAUNCH caught it in continuous batching)."""
+    splits = importlib.import_module(_module().__name__ + "._splits")
+    slices = [splits.counters(torch.device("cpu"), n) for n in (3, 5, 1, 8)]
+    assert all(t.data_ptr() % 16 == 0 for t in slices)
+    assert all(int(t.abs().sum()) == 0 for t in slices)
 
 
 def _decode_args(b=2, s=32, hq=4, hkv=2, d=64):

@@ -41,12 +41,14 @@ class DecodeConfig:
     ctas_per_sm: int = 1
     prefetch_merge: bool = True  # the merge loads split s + 1 before merging split s (`_decode._reduce_splits`)
 
-    def for_head_dim(self, d: int) -> DecodeConfig:
+    def for_head_dim(self, d: int, page: int = 0) -> DecodeConfig:
         """This config with block_n decided: 128-key tiles up to head dim 128 (three stages of K and V: 192 KiB of
-        shared memory; 8-16 % faster than 64 at batch 1-64 on the H200, decode30b.sh), 64 above (256: the same)."""
+        shared memory; 8-16 % faster than 64 at batch 1-64 on the H200, decode30b.sh), 64 above (256: the same), and
+        64 over pages of fewer than 128 keys (a tile spanning pages loads one block-table entry per row: 128-key tiles
+        over 64-key pages ran 11-25 % slower than dense, decode30c.sh; 64 over 64 was within 0-7 % in step 8)."""
         if self.block_n:
             return self
-        return dataclasses.replace(self, block_n=128 if d <= 128 else 64)
+        return dataclasses.replace(self, block_n=128 if d <= 128 and not 0 < page < 128 else 64)
 
     def label(self) -> str:
         return (f"decode {self.block_n or 'auto'} w{self.num_warps} s{self.num_stages} "
@@ -142,7 +144,7 @@ def counters(device: torch.device, n: int) -> torch.Tensor:
         if ring is None:
             ring = _rings[device] = [_zeros_outside_graph_pools(device), 0]
         start = ring[1] if ring[1] + n <= _RING_SIZE else 0
-        ring[1] = start + n
+        ring[1] = start + -(-n // 4) * 4  # every slice 16-byte aligned: Triton specializes a pointer on that
         return ring[0][start:start + n]
 
 

@@ -163,11 +163,11 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
                                   block_table):
         raise ValueError(f"flash-triton flash_attn_with_kvcache: {problem}")
     batch, sq, hq, d = q.shape
-    cfg = (config or DEFAULT).for_head_dim(d)
     hkv = k_cache.shape[2]
     groups = hq // hkv
     paged = block_table is not None
     page = k_cache.shape[1] if paged else 0
+    cfg = (config or DEFAULT).for_head_dim(d, page)
     capacity = block_table.shape[1] * page if paged else k_cache.shape[1]
     s_new = k.shape[1] if k is not None else 0
     out_shape = (batch, sq, hq, d)
