@@ -216,9 +216,11 @@ def cache_ranges(mask: torch.Tensor, sq: int) -> tuple[torch.Tensor, torch.Tenso
     each), and `[B]` bool: True where the mask is not that range, causal bottom-right for the last Sq queries."""
     sk = mask.shape[-1]
     row = mask[:, -1, :]  # [B, Sk]: the last query sees [leftpad, seqlen)
-    leftpad = row.to(torch.int32).argmax(-1).to(torch.int32)
-    seqlen = (sk - row.flip(-1).to(torch.int32).argmax(-1)).to(torch.int32)
     pos = torch.arange(sk, device=mask.device)
+    # min / max of the visible positions, not argmax: inductor's split reduction of an argmax over a 32k-key cache at
+    # batch 1 failed an assertion on the H200 (decode30d.sh); an empty row gives leftpad Sk, seqlen 0 (no key)
+    leftpad = torch.where(row, pos, sk).amin(-1).to(torch.int32)
+    seqlen = torch.where(row, pos + 1, 0).amax(-1).to(torch.int32)
     last = seqlen[:, None] - sq + torch.arange(sq, device=mask.device)[None, :]  # [B, Sq] query positions
     expect = (pos >= leftpad[:, None, None]) & (pos <= last[:, :, None])  # [B, Sq, Sk]
     bad = (expect != mask.expand_as(expect)).any(-1).any(-1)
