@@ -10,7 +10,7 @@ from attnprof.report.render import md_escape, out
 
 
 def _row(where: str, axis: str, envelope: str, rec, *, refusals=None, advice=None, error=None, prof=None,
-         prof_kernels=None) -> dict:
+         prof_kernels=None, rejected=None) -> dict:
     from attnprof.audit.reasons import advise
 
     return {
@@ -20,7 +20,7 @@ def _row(where: str, axis: str, envelope: str, rec, *, refusals=None, advice=Non
         "fell_back": bool(rec and rec.fell_back) or error is not None,
         "refusals": dict(rec.refusals) if rec and refusals is None else (refusals or {}),
         "advice": (advise(rec) if rec else []) if advice is None else advice,
-        "error": error, "profiler_backend": prof,
+        "error": error, "rejected": rejected, "profiler_backend": prof,
         "profiler_agrees": None if prof is None or rec is None else prof == rec.backend,
         "profiler_kernels": prof_kernels or [],
         "call": rec.to_json() if rec else None,
@@ -31,18 +31,28 @@ def rows_from_records(records) -> list[dict]:
     return [_row(r.where, r.module_class or r.kind, r.envelope(), r) for r in records]
 
 
+def rejected_row(where: str, what: str, reason: str) -> dict:
+    """The one row of a model whose class refused `what` (attn_implementation="sdpa"): nothing ran, `reason` says why
+    in transformers' words."""
+    return _row(where, "model", what, None, rejected=reason)
+
+
 def rows_from_cells(results) -> list[dict]:
     return [_row(r.cell.label, r.cell.axis, r.cell.label, r.record, refusals=r.refusals, advice=r.advice,
                  error=r.error, prof=r.profiler_backend, prof_kernels=r.profiler_kernels) for r in results]
 
 
 def _why(row: dict) -> str:
+    if row.get("rejected"):
+        return row["rejected"]
     if row["error"]:
         return f"SDPA could not run it: {row['error']}"
     return "; ".join(f"{b}: {why}" for b, why in row["refusals"].items())
 
 
 def _backend_md(row: dict) -> str:
+    if row.get("rejected"):
+        return "rejected"
     b = row["backend"] or "none"
     if b == "math":
         return "**MATH**"
@@ -63,6 +73,8 @@ def markdown(data: dict) -> str:
     summary = (f"{len(rows)} calls: {sum(r['backend'] == data['preferred'] for r in rows)} on {data['preferred']}, "
                f"{sum(r['fell_back'] and r['fused'] for r in rows)} on a slower fused kernel, "
                f"{sum(r['backend'] == 'math' for r in rows)} on **math**, {sum(bool(r['error']) for r in rows)} failed.")
+    if any(r.get("rejected") for r in rows):
+        summary = "No SDPA call ran: the model refused `attn_implementation=\"sdpa\"` (the row says why)."
     lines += [summary, ""]
     if checked:
         agree = sum(bool(r["profiler_agrees"]) for r in checked)
@@ -93,8 +105,8 @@ def print_terminal(data: dict) -> None:
     if any(r["profiler_backend"] for r in rows):
         table.add_column("profiler")
     for r in rows:
-        b = r["backend"] or "error"
-        style = "bold red" if b in ("math", "error") else ("yellow" if r["fell_back"] else "green")
+        b = "rejected" if r.get("rejected") else r["backend"] or "error"
+        style = "bold red" if b in ("math", "error") else "yellow" if b == "rejected" else ("yellow" if r["fell_back"] else "green")
         why = _why(r)
         fix = "; ".join(r["advice"])
         cells = [r["where"] if r["where"] != r["envelope"] else r["axis"], r["envelope"], f"[{style}]{b}[/{style}]",

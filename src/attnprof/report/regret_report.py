@@ -7,7 +7,7 @@ first-call and repeat times so the verdict can be checked by eye.
 
 from __future__ import annotations
 
-from attnprof.report.render import env_note, fmt, md_escape, md_table, out
+from attnprof.report.render import env_note, fmt, md_escape, md_table, out, say
 
 
 def _ran(site: dict) -> str:
@@ -67,6 +67,8 @@ def markdown(data: dict) -> str:
     lines += [f"Run: batch {run['batch']}, prompt {run['prompt']}, {run['new_tokens']} generated tokens, "
               f"{run['attention_calls']} SDPA calls, phases {', '.join(run['phases'])}"
               + (f", pinned {run['pins']}" if run["pins"] else "") + ".", ""]
+    if data.get("rejected"):
+        lines += [f"No SDPA call ran: the model refused `attn_implementation=\"sdpa\"` ({data['rejected']}).", ""]
     if data.get("sites") is None:
         lines += ["Not measured (no `--measure`): what ran per site.", "",
                   md_table(["call site [class]", "calls", "ran", "envelope"],
@@ -95,6 +97,10 @@ def markdown(data: dict) -> str:
 def print_terminal(data: dict) -> None:
     from rich.table import Table
 
+    if data.get("rejected"):
+        say(f"No SDPA call ran: the model refused attn_implementation=\"sdpa\" ({data['rejected']})",
+            style="yellow")
+        return
     if data.get("sites") is None:
         table = Table(title=data["title"])
         for h in ("call site [class]", "calls", "ran", "envelope"):

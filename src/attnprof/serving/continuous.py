@@ -141,6 +141,8 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
     """
     from transformers import GenerationConfig
 
+    from attnprof.models.features import switch
+
     name = "attached" if attach is not None else paged_name("sdpa" if impl.startswith("sdpa-") else impl)
     if name is None:
         return StreamResult(impl=impl, loop=loop, status="rejected", requests=len(requests),
@@ -158,8 +160,9 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
     try:
         if attach is not None:
             attach(model)
-        else:
-            model.set_attn_implementation(name)
+        elif (refused := switch(model, name)) is not None:  # the model class refuses it: transformers' words
+            return StreamResult(impl=impl, loop=loop, status="rejected", requests=len(requests),
+                                reason=f"{impl if name == impl else f'{impl} ({name})'}: {refused}")
         config = _cb_config(device, requests, num_blocks, max_batch_tokens, graphs=loop == "production")
         manager = model.init_continuous_batching(generation_config=gen_config, continuous_batching_config=config)
         ran_as = model.config._attn_implementation

@@ -170,6 +170,7 @@ def _stream(model, impl, loop: str, reqs, args, device: str, progress, plan_slo=
 def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, args, device: str,
                   loop: str = "as-shipped"):
     """One prefill or decode measurement through `run.attempt`: a failure is a row with its status and reason."""
+    from attnprof.models.features import REFUSALS, forward_refusal, switch
     from attnprof.run import attempt
     from attnprof.serving.loops import measure_static_decode, on_masked_path, unavailable
     from attnprof.serving.throughput import Point, measure_decode, measure_prefill
@@ -178,21 +179,30 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
         impl = on_masked_path(impl, model, device)
 
     why = impl.rejected or unavailable(loop, mode, device)
+    if why is None:  # the model class refusing the implementation (transformers' words) is a refusal too
+        refused = switch(model, impl.attn_implementation)
+        why = f"{impl.name}: {refused}" if refused else None
     if why:
         return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=why,
                      loop=loop)
 
     def measure():
-        model.set_attn_implementation(impl.attn_implementation)
         with impl.context():
-            if loop == "production":
-                return measure_static_decode(model, impl.name, batch=batch, context=context,
-                                             new_tokens=plan["new_tokens"], device=device, seed=args.seed)
-            if mode == "prefill":
-                return measure_prefill(model, impl.name, batch=batch, context=context, device=device, seed=args.seed,
-                                       reps=args.reps, share=not args.no_share)
-            return measure_decode(model, impl.name, batch=batch, context=context, new_tokens=plan["new_tokens"],
-                                  device=device, seed=args.seed, share=not args.no_share)
+            try:
+                if loop == "production":
+                    return measure_static_decode(model, impl.name, batch=batch, context=context,
+                                                 new_tokens=plan["new_tokens"], device=device, seed=args.seed)
+                if mode == "prefill":
+                    return measure_prefill(model, impl.name, batch=batch, context=context, device=device,
+                                           seed=args.seed, reps=args.reps, share=not args.no_share)
+                return measure_decode(model, impl.name, batch=batch, context=context, new_tokens=plan["new_tokens"],
+                                      device=device, seed=args.seed, share=not args.no_share)
+            except REFUSALS as exc:  # transformers' attention integration refusing the model's call
+                said = forward_refusal(exc)
+                if said is None:
+                    raise
+                return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected",
+                             reason=f"{impl.name}: {said}", loop=loop)
 
     got = attempt(measure, device=device)
     if got.value is not None:
