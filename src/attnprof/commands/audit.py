@@ -47,6 +47,8 @@ def register(sub) -> None:
     g.add_argument("--no-cache", action="store_true", help="measure every arm again (ignore and do not write the "
                    "per-device regret cache beside the ceilings)")
     add_variants_arg(g, "extra arms for --measure: flex, kernel, package.module:function; default none")
+    p.add_argument("--wide", action="store_true",
+                   help="every column in the terminal table (default: 80 columns, the reasons below the table)")
     add_output_args(p)
     p.set_defaults(handler=run)
 
@@ -143,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     data["third_party_warnings"] = captured()
     write_json(folder / "audit.json", data)
     write_atomic(folder / "audit.md", markdown(data))
-    print_terminal(data)
+    print_terminal(data, wide=args.wide)
     from attnprof.files import commit_folder
 
     folder = commit_folder(folder)  # complete: renamed from its temporary name

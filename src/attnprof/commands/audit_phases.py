@@ -89,7 +89,7 @@ def run_phases(args: argparse.Namespace) -> int:
     data["violations"] = len(bad)
     write_json(folder / "audit.json", data)
     write_atomic(folder / "audit.md", markdown(data))
-    print_terminal(data)
+    print_terminal(data, wide=args.wide)
     from attnprof.files import commit_folder
 
     folder = commit_folder(folder)  # complete: renamed from its temporary name

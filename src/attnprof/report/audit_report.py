@@ -95,24 +95,64 @@ def markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_terminal(data: dict) -> None:
-    from rich.table import Table
+def _style(row: dict) -> str | None:
+    b = row["backend"]
+    if row.get("rejected"):
+        return "yellow"
+    if row["error"] or b == "math":
+        return "bold red"
+    return "yellow" if row["fell_back"] else None
+
+
+def _profiler(row: dict) -> str:
+    p = row["profiler_backend"]
+    return "" if p is None else f"{p} {'✓' if row['profiler_agrees'] else '✗'}"
+
+
+def print_terminal(data: dict, *, wide: bool = False) -> None:
+    """The audit for a person. By default it fits 80 columns: where, inputs and backend (and the profiler's verdict
+    with --crosscheck) in the table; each distinct "why not faster" and fix below it, numbered [n] beside the backend
+    of the rows it explains. `wide`: the reasons and fixes in a column of their own, as audit.md has them."""
+    from rich.markup import escape
+
+    from attnprof.report.render import EDGES, GAP, WIDTH, compact_table, cut, say, table_width
 
     rows = data["rows"]
-    table = Table(title=f"{data['title']} — fastest here: {data['preferred']}", show_lines=False)
-    for h in ("where", "inputs", "backend", "why not faster / fix"):
-        table.add_column(h, overflow="fold")
-    if any(r["profiler_backend"] for r in rows):
-        table.add_column("profiler")
+    profiled = any(r["profiler_backend"] for r in rows)
+    title = f"{data['title']} — fastest here: {data['preferred']}"
+    if wide:
+        _print_wide(title, rows, profiled)
+        return
+    notes: dict[str, int] = {}
+    body = []
     for r in rows:
+        fix = "; ".join(r["advice"])
+        text = _why(r) + (f" → {fix}" if fix else "")
+        mark = f" [{notes.setdefault(text, len(notes) + 1)}]" if text else ""
+        backend = ("rejected" if r.get("rejected") else r["backend"] or "error") + mark
+        body.append([r["where"] if r["where"] != r["envelope"] else r["axis"], r["envelope"], backend]
+                    + ([_profiler(r)] if profiled else []))
+    headers = ["where", "inputs", "backend"] + (["profiler"] if profiled else [])
+    body = [[escape(c) for c in (cut(row[0], 30), *row[1:])] for row in body]  # cells are markup: "mask=bool[bool]"
+    room = WIDTH - table_width([h for h in headers if h != "inputs"], [[c[0], *c[2:]] for c in body]) - GAP - EDGES
+    body = [[c[0], escape(cut(rows[i]["envelope"], max(24, room))), *c[2:]] for i, c in enumerate(body)]
+    say(title, style="bold")
+    out.print(compact_table("", headers, body, styles=[_style(r) for r in rows]))
+    for text, n in notes.items():
+        say(f"[{n}] {text}", indent="")
+
+
+def _print_wide(title: str, rows: list[dict], profiled: bool) -> None:
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for h in ("where", "inputs", "backend", "why not faster / fix") + (("profiler",) if profiled else ()):
+        table.add_column(h, overflow="fold")
+    for r in rows:
+        style = _style(r) or "green"
         b = "rejected" if r.get("rejected") else r["backend"] or "error"
-        style = "bold red" if b in ("math", "error") else "yellow" if b == "rejected" else ("yellow" if r["fell_back"] else "green")
-        why = _why(r)
         fix = "; ".join(r["advice"])
         cells = [r["where"] if r["where"] != r["envelope"] else r["axis"], r["envelope"], f"[{style}]{b}[/{style}]",
-                 (why[:160] + ("…" if len(why) > 160 else "")) + (f"\n→ {fix}" if fix else "")]
-        if any(x["profiler_backend"] for x in rows):
-            cells.append("" if r["profiler_backend"] is None else
-                         f"{r['profiler_backend']} {'✓' if r['profiler_agrees'] else '✗'}")
-        table.add_row(*cells)
+                 _why(r) + (f"\n→ {fix}" if fix else "")]
+        table.add_row(*cells, *([_profiler(r)] if profiled else []))
     out.print(table)
