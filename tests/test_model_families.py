@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))  # `tests.broken` as a module:function spec
 
 from attnprof.cli import main  # noqa: E402
 from attnprof.models import load_config  # noqa: E402
-from attnprof.models.features import forward_refusal, not_taken, refuse_not_taken  # noqa: E402
+from attnprof.models.features import forward_refusal, not_taken, refusal_on_forward, refuse_not_taken  # noqa: E402
 
 BASE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             vocab_size=128, max_position_embeddings=256)
@@ -161,13 +161,13 @@ def test_forward_refusal_quotes_transformers_integration_and_nothing_else():
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     q = torch.zeros(1, 2, 3, 8)
-    try:
+    with refusal_on_forward() as said:
         sdpa_attention_forward(torch.nn.Module(), q, q, q, None, softcap=30.0)
-    except ValueError as exc:
-        said = forward_refusal(exc)
-    else:  # transformers 5.17 runs it without the softcap (models.features.sdpa_gap refuses that up front)
+    if not said:  # transformers 5.17 runs it without the softcap (models.features.sdpa_gap refuses that up front)
         pytest.skip("this transformers runs SDPA without softcap: no refusal to quote")
-    assert said is not None and "does not support `softcap`" in said
+    assert "does not support `softcap`" in said[0] and "transformers 5." in said[0]
+    with pytest.raises(ValueError, match="not a number"), refusal_on_forward():
+        int("not a number")  # not transformers' attention refusing: it goes on
     with pytest.raises(ValueError) as other:
         int("not a number")
     assert forward_refusal(other.value) is None

@@ -32,7 +32,7 @@ def audit_model(spec: str, *, device: str = "cpu", dtype: str = "fp32", batch: i
                 seed: int = 0) -> ModelAudit:
     """One forward of `spec` (preset name or config.json) on a left-padded batch; which backend each layer got."""
     from attnprof.models import load_config, padded_batch
-    from attnprof.models.features import REFUSALS, build, forward_refusal
+    from attnprof.models.features import build, refusal_on_forward
 
     model, refused = build(spec, "sdpa", dtype=dtype, device=device, seed=seed)
     if model is None:
@@ -41,13 +41,7 @@ def audit_model(spec: str, *, device: str = "cpu", dtype: str = "fp32", batch: i
                           batch, seq, dtype, [], rejected=refused)
     ids, mask = padded_batch(model.config, batch=batch, seq=seq, seed=seed, device=device)
     layers = getattr(model.config, "num_hidden_layers", None) or 0
-    with torch.no_grad(), watch() as calls:
-        try:
-            model(input_ids=ids, attention_mask=mask)
-        except REFUSALS as exc:  # transformers' SDPA integration refusing the model's call on its first forward
-            refused = forward_refusal(exc)
-            if refused is None:
-                raise
-            return ModelAudit(spec, getattr(model.config, "model_type", "?"), layers, batch, seq, dtype, [],
-                              rejected=f"sdpa: {refused}")
-    return ModelAudit(spec, getattr(model.config, "model_type", "?"), layers, batch, seq, dtype, list(calls))
+    with torch.no_grad(), watch() as calls, refusal_on_forward() as said:  # transformers' SDPA refusing a call
+        model(input_ids=ids, attention_mask=mask)
+    return ModelAudit(spec, getattr(model.config, "model_type", "?"), layers, batch, seq, dtype,
+                      [] if said else list(calls), rejected=f"sdpa: {said[0]}" if said else None)

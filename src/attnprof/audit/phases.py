@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from attnprof.audit.watch import DispatchRecord, watch
 from attnprof.errors import UsageError, first_line
-from attnprof.models.features import REFUSALS, forward_refusal
+from attnprof.models.features import refusal_on_forward
 
 PHASES = ("prefill", "decode")
 SHAPE_CLASSES = ("prefill", "decode", "append")
@@ -248,8 +248,8 @@ def record_phases(model, spec: str, *, phases: tuple[str, ...], batch: int, prom
     pins = dict(pins or {})
     device = str(next(model.parameters()).device)
     ids, mask = padded_batch(model.config, batch=batch, seq=prompt, seed=seed, device=device)
-    steps, refused = 0, None
-    with torch.no_grad(), pinned(pins), watch(observe="every") as calls:
+    steps = 0
+    with torch.no_grad(), pinned(pins), watch(observe="every") as calls, refusal_on_forward() as said:
         try:
             if "decode" in phases:
                 out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
@@ -257,11 +257,6 @@ def record_phases(model, spec: str, *, phases: tuple[str, ...], batch: int, prom
                 steps = int(out.shape[1] - ids.shape[1])
             else:
                 model(input_ids=ids, attention_mask=mask)
-        except REFUSALS as exc:  # transformers' SDPA integration refusing the model's call on its first forward
-            refused = forward_refusal(exc)
-            if refused is None:
-                raise
-            refused = f"sdpa: {refused}"
         except RuntimeError as exc:
             if not pins:
                 raise
@@ -270,4 +265,4 @@ def record_phases(model, spec: str, *, phases: tuple[str, ...], batch: int, prom
                              f"({first_line(exc)[:300]})") from None
     layers = getattr(model.config, "num_hidden_layers", None) or 0
     return PhaseRun(spec, getattr(model.config, "model_type", "?"), layers, batch, prompt, steps, dtype,
-                    tuple(phases), pins, [] if refused else list(calls), rejected=refused)
+                    tuple(phases), pins, [] if said else list(calls), rejected=f"sdpa: {said[0]}" if said else None)

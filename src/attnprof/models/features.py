@@ -17,7 +17,9 @@ Two kinds of "no", both a `rejected` row with the reason, never a traceback and 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 from attnprof.errors import first_line
 
@@ -60,6 +62,20 @@ def sdpa_gap(config, name: str) -> str | None:
         return None
     return (f"SDPA has no softcap argument and this model's attention asks for attn_logit_softcapping={cap:g} "
             "(transformers 5.17 drops it under SDPA, 5.24 refuses it)")
+
+
+@contextlib.contextmanager
+def refusal_on_forward() -> Iterator[list[str]]:
+    """While open, transformers' attention integration refusing a call (`forward_refusal`) ends the block and its
+    words are appended to the list the block gets; anything else that raises goes on."""
+    said: list[str] = []
+    try:
+        yield said
+    except REFUSALS as exc:
+        text = forward_refusal(exc)
+        if text is None:
+            raise
+        said.append(text)
 
 
 def forward_refusal(exc: BaseException) -> str | None:
