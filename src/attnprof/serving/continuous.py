@@ -141,7 +141,7 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
     """
     from transformers import GenerationConfig
 
-    from attnprof.models.features import switch
+    from attnprof.models.features import REFUSALS, said, switch
 
     name = "attached" if attach is not None else paged_name("sdpa" if impl.startswith("sdpa-") else impl)
     if name is None:
@@ -159,7 +159,11 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
     manager = None
     try:
         if attach is not None:
-            attach(model)
+            try:
+                attach(model)
+            except REFUSALS as exc:  # the model class refuses the registered kernel: transformers' words
+                return StreamResult(impl=impl, loop=loop, status="rejected", requests=len(requests),
+                                    reason=f"{impl}: {said(exc)}")
         elif (refused := switch(model, name)) is not None:  # the model class refuses it: transformers' words
             return StreamResult(impl=impl, loop=loop, status="rejected", requests=len(requests),
                                 reason=f"{impl if name == impl else f'{impl} ({name})'}: {refused}")
