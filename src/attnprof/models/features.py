@@ -68,14 +68,14 @@ def sdpa_gap(config, name: str) -> str | None:
 def refusal_on_forward() -> Iterator[list[str]]:
     """While open, transformers' attention integration refusing a call (`forward_refusal`) ends the block and its
     words are appended to the list the block gets; anything else that raises goes on."""
-    said: list[str] = []
+    words: list[str] = []
     try:
-        yield said
+        yield words
     except REFUSALS as exc:
         text = forward_refusal(exc)
         if text is None:
             raise
-        said.append(text)
+        words.append(text)
 
 
 def forward_refusal(exc: BaseException) -> str | None:

@@ -176,10 +176,10 @@ def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base
     if impl.rejected:
         return ModelResult(impl.name, dtype, "rejected", reason=impl.rejected)
     name, unfused = impl.name, None
-    refused = switch(model, impl.attn_implementation)  # the model class refusing it: transformers' words
-    if refused is not None:  # the model is still on eager: a refusal changes nothing
-        return ModelResult(impl.name, dtype, "rejected", reason=f"{impl.name}: {refused}")
     try:
+        refused = switch(model, impl.attn_implementation)  # the model class refusing it: transformers' words
+        if refused is not None:
+            return ModelResult(impl.name, dtype, "rejected", reason=f"{impl.name}: {refused}")
         with impl.context(), recompile_limit_hits():
             logits = _forward(model, ids, mask)
             tokens = _greedy(model, ids, mask, n)

@@ -179,14 +179,15 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
         impl = on_masked_path(impl, model, device)
 
     why = impl.rejected or unavailable(loop, mode, device)
-    if why is None:  # the model class refusing the implementation (transformers' words) is a refusal too
-        refused = switch(model, impl.attn_implementation)
-        why = f"{impl.name}: {refused}" if refused else None
     if why:
         return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=why,
                      loop=loop)
 
     def measure():
+        refused = switch(model, impl.attn_implementation)  # the model class refusing it: transformers' words
+        if refused is not None:
+            return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected",
+                         reason=f"{impl.name}: {refused}", loop=loop)
         with impl.context(), refusal_on_forward() as said:  # transformers' attention integration refusing a call
             if loop == "production":
                 return measure_static_decode(model, impl.name, batch=batch, context=context,
