@@ -154,6 +154,16 @@ def wrong_signature(q, k):
     return q
 
 
+# --- a crash, not bad numbers: the GQA call convention ---------------------------------------------------------------
+def needs_hq_heads(q, k, v, *, causal, scale, attn_mask=None):
+    """Assumes k and v have as many heads as q (no repeat_kv): raises on a GQA call, fine without GQA."""
+    scores = (q @ k.transpose(-1, -2)) * scale  # [B, Hq, Sq, Sk]: needs k [B, Hq, Sk, D]
+    if causal:
+        sq, sk = scores.shape[-2:]
+        scores = scores.masked_fill(~torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq), float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
 MUTANTS = ("scale_off_1pct", "off_by_1e6", "scale_1_over_d", "causal_off_by_one", "causal_top_left", "padded_rows_nan",
            "padded_rows_mean", "padding_ignored", "bool_mask_as_bias", "gqa_tiled", "half_accumulator",
            "last_key_dropped")

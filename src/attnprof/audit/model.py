@@ -1,5 +1,7 @@
 """Audit a real transformers model: build it from a config (random weights, nothing downloaded), run one forward
-on a padded sample batch with `attn_implementation="sdpa"` under the watcher, one record per attention layer."""
+on a padded sample batch with `attn_implementation="sdpa"` under the watcher, one record per attention layer.
+A model class that refuses SDPA (Gemma 2 and gpt-oss in transformers 5.24) runs nothing: `rejected` says why, in
+transformers' words (`models.features.build`)."""
 
 from __future__ import annotations
 
@@ -19,20 +21,27 @@ class ModelAudit:
     seq: int
     dtype: str
     records: list[DispatchRecord]
+    rejected: str | None = None  # transformers refused attn_implementation="sdpa" for this model: nothing ran
 
     def to_json(self) -> dict:
         return {"spec": self.spec, "model_type": self.model_type, "layers": self.layers, "batch": self.batch,
-                "seq": self.seq, "dtype": self.dtype, "attention_calls": len(self.records)}
+                "seq": self.seq, "dtype": self.dtype, "attention_calls": len(self.records), "rejected": self.rejected}
 
 
 def audit_model(spec: str, *, device: str = "cpu", dtype: str = "fp32", batch: int = 2, seq: int = 64,
                 seed: int = 0) -> ModelAudit:
     """One forward of `spec` (preset name or config.json) on a left-padded batch; which backend each layer got."""
-    from attnprof.models import build_model, padded_batch
+    from attnprof.models import load_config, padded_batch
+    from attnprof.models.features import build, refusal_on_forward
 
-    model = build_model(spec, attn_implementation="sdpa", dtype=dtype, device=device, seed=seed)
+    model, refused = build(spec, "sdpa", dtype=dtype, device=device, seed=seed)
+    if model is None:
+        config = load_config(spec)
+        return ModelAudit(spec, getattr(config, "model_type", "?"), getattr(config, "num_hidden_layers", 0) or 0,
+                          batch, seq, dtype, [], rejected=refused)
     ids, mask = padded_batch(model.config, batch=batch, seq=seq, seed=seed, device=device)
-    with torch.no_grad(), watch() as calls:
-        model(input_ids=ids, attention_mask=mask)
     layers = getattr(model.config, "num_hidden_layers", None) or 0
-    return ModelAudit(spec, getattr(model.config, "model_type", "?"), layers, batch, seq, dtype, list(calls))
+    with torch.no_grad(), watch() as calls, refusal_on_forward() as said:  # transformers' SDPA refusing a call
+        model(input_ids=ids, attention_mask=mask)
+    return ModelAudit(spec, getattr(model.config, "model_type", "?"), layers, batch, seq, dtype,
+                      [] if said else list(calls), rejected=f"sdpa: {said[0]}" if said else None)

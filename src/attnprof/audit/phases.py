@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from attnprof.audit.watch import DispatchRecord, watch
 from attnprof.errors import UsageError, first_line
+from attnprof.models.features import refusal_on_forward
 
 PHASES = ("prefill", "decode")
 SHAPE_CLASSES = ("prefill", "decode", "append")
@@ -206,6 +207,7 @@ class PhaseRun:
     phases: tuple[str, ...]
     pins: dict[str, str]
     calls: list[DispatchRecord]
+    rejected: str | None = None  # transformers refused SDPA for this model (its words): nothing ran
 
     def sites(self) -> list[Site]:
         classes = tuple(c for p in self.phases for c in PHASE_CLASSES[p])
@@ -214,22 +216,26 @@ class PhaseRun:
     def to_json(self) -> dict:
         return {"spec": self.spec, "model_type": self.model_type, "layers": self.layers, "batch": self.batch,
                 "prompt": self.prompt, "new_tokens": self.new_tokens, "dtype": self.dtype,
-                "phases": list(self.phases), "pins": self.pins, "attention_calls": len(self.calls)}
+                "phases": list(self.phases), "pins": self.pins, "attention_calls": len(self.calls),
+                "rejected": self.rejected}
 
 
 def build_generator(spec: str, *, device: str, dtype: str, seed: int = 0):
-    """The model of `spec` with SDPA attention, or a UsageError when it cannot generate."""
-    from attnprof.models import build_model
+    """(the model of `spec` with SDPA attention, None), (None, why) when its class refuses SDPA (transformers' words),
+    or a UsageError when it cannot generate."""
+    from attnprof.models.features import build
 
     try:
-        model = build_model(spec, attn_implementation="sdpa", dtype=dtype, device=device, seed=seed)
-    except (ValueError, KeyError) as exc:  # e.g. "Unrecognized configuration class … for AutoModelForCausalLM"
+        model, refused = build(spec, "sdpa", dtype=dtype, device=device, seed=seed)
+    except KeyError as exc:
         raise UsageError(f"{spec}: cannot build a causal LM that generates ({first_line(exc)[:200]})") from None
+    if model is None:
+        return None, refused
     can = getattr(model, "can_generate", None)
     if not callable(can) or not can():
         raise UsageError(f"{spec}: {type(model).__name__} cannot generate (no generation head); --phase decode "
                          "needs a causal LM")
-    return model
+    return model, None
 
 
 def record_phases(model, spec: str, *, phases: tuple[str, ...], batch: int, prompt: int, new_tokens: int,
@@ -243,7 +249,7 @@ def record_phases(model, spec: str, *, phases: tuple[str, ...], batch: int, prom
     device = str(next(model.parameters()).device)
     ids, mask = padded_batch(model.config, batch=batch, seq=prompt, seed=seed, device=device)
     steps = 0
-    with torch.no_grad(), pinned(pins), watch(observe="every") as calls:
+    with torch.no_grad(), pinned(pins), watch(observe="every") as calls, refusal_on_forward() as said:
         try:
             if "decode" in phases:
                 out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
@@ -259,4 +265,4 @@ def record_phases(model, spec: str, *, phases: tuple[str, ...], batch: int, prom
                              f"({first_line(exc)[:300]})") from None
     layers = getattr(model.config, "num_hidden_layers", None) or 0
     return PhaseRun(spec, getattr(model.config, "model_type", "?"), layers, batch, prompt, steps, dtype,
-                    tuple(phases), pins, list(calls))
+                    tuple(phases), pins, [] if said else list(calls), rejected=f"sdpa: {said[0]}" if said else None)

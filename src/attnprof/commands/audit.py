@@ -47,6 +47,8 @@ def register(sub) -> None:
     g.add_argument("--no-cache", action="store_true", help="measure every arm again (ignore and do not write the "
                    "per-device regret cache beside the ceilings)")
     add_variants_arg(g, "extra arms for --measure: flex, kernel, package.module:function; default none")
+    p.add_argument("--wide", action="store_true",
+                   help="every column in the terminal table (default: 80 columns, the reasons below the table)")
     add_output_args(p)
     p.set_defaults(handler=run)
 
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.errors import CheckFailed, UsageError
     from attnprof.files import write_atomic, write_json
     from attnprof.provenance import provenance
-    from attnprof.report.audit_report import markdown, print_terminal, rows_from_cells, rows_from_records
+    from attnprof.report.audit_report import markdown, print_terminal, rejected_row, rows_from_cells, rows_from_records
     from attnprof.report.render import err, progress
     from attnprof.workload import dtype_name, resolve_device
 
@@ -112,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
                             seed=args.seed)
         records = audit.records
         rows = rows_from_records(records)
+        if audit.rejected:  # the model class refused SDPA: one row that says so, in transformers' words
+            rows = [rejected_row(args.model, 'attn_implementation="sdpa"', audit.rejected)]
         model_json = audit.to_json()
         title = f"{args.model} ({audit.model_type}, {audit.layers} layers, {dtype}, padded batch " \
                 f"{args.batch}x{audit.seq}) on {device}"
@@ -141,18 +145,19 @@ def run(args: argparse.Namespace) -> int:
     data["third_party_warnings"] = captured()
     write_json(folder / "audit.json", data)
     write_atomic(folder / "audit.md", markdown(data))
-    print_terminal(data)
+    print_terminal(data, wide=args.wide)
     from attnprof.files import commit_folder
 
     folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"report: {folder}/audit.json, audit.md")
     emit_json(args, {"schema": data["schema"], "out": str(folder), "mode": data["mode"], "preferred": preferred,
-                     "calls": len(rows), "fell_back": sum(1 for r in rows if r["fell_back"]),
+                     "calls": len(records) if args.model else len(rows), "fell_back": sum(1 for r in rows if r["fell_back"]),
                      "math": sum(1 for r in rows if r["backend"] == "math"), "require": args.require,
-                     "violations": len(bad_rows)})
+                     "violations": len(bad_rows), "rejected": (model_json or {}).get("rejected")})
     if args.require:
         if args.model and not records:
-            raise CheckFailed(f"--require {args.require}: the model made no SDPA call at all")
+            why = f" ({model_json['rejected']})" if model_json.get("rejected") else ""
+            raise CheckFailed(f"--require {args.require}: the model made no SDPA call at all{why}")
         if bad_rows:
             calls = [r for r in records if _violates(_row_of(r), args.require)]
             detail = "\n".join(e.text() for e in (explain(c) for c in calls)) if calls else ""
@@ -168,7 +173,7 @@ def _row_of(record) -> dict:
 
 def _violates(row: dict, require: str) -> bool:
     """The rule of `expect_fused(allow=[require])`, on a row (an error row ran nothing, so it breaks any rule)."""
-    if row.get("error"):
+    if row.get("error") or row.get("rejected"):
         return True
     if require == "fused":
         return not row["fused"]

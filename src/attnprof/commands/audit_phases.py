@@ -52,9 +52,18 @@ def run_phases(args: argparse.Namespace) -> int:
     err.print(f"[dim]building {args.model} from its config (random weights); "
               + (f"generate {args.new_tokens} tokens after a {batch}x{prompt} prompt" if "decode" in phases
                  else f"one {batch}x{prompt} forward") + (f", pinned {pins}" if pins else "") + "[/dim]")
-    model = build_generator(args.model, device=device, dtype=dtype, seed=args.seed)
-    recorded = record_phases(model, args.model, phases=phases, batch=batch, prompt=prompt,
-                             new_tokens=args.new_tokens, dtype=dtype, pins=pins, seed=args.seed)
+    model, refused = build_generator(args.model, device=device, dtype=dtype, seed=args.seed)
+    if model is None:  # the model class refused SDPA: nothing ran, the report says why in transformers' words
+        from attnprof.audit.phases import PhaseRun
+        from attnprof.models import load_config
+
+        config = load_config(args.model)
+        recorded = PhaseRun(args.model, getattr(config, "model_type", "?"), config.num_hidden_layers, batch, prompt,
+                            0, dtype, tuple(phases), pins, [], rejected=refused)
+    else:
+        recorded = record_phases(model, args.model, phases=phases, batch=batch, prompt=prompt,
+                                 new_tokens=args.new_tokens, dtype=dtype, pins=pins, seed=args.seed)
+    refused = recorded.rejected
     sites = recorded.sites()
     regrets = None
     if measured and sites:
@@ -70,7 +79,7 @@ def run_phases(args: argparse.Namespace) -> int:
     data = {"schema": "attnprof.audit/1", "provenance": provenance(device, seed=args.seed), "mode": "phases",
             "title": title, "command": "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             "device": device, "model": recorded.to_json(), "require": args.require, "tolerance": args.tolerance,
-            "groups": [s.to_json() for s in sites], "sites": None}
+            "groups": [s.to_json() for s in sites], "sites": None, "rejected": refused}
     if regrets is not None:
         total = sum(r.regret_ms or 0.0 for r in regrets)
         data |= {"sites": [r.to_json() for r in regrets], "plan": vars(plan), "regret_ms": total,
@@ -80,16 +89,18 @@ def run_phases(args: argparse.Namespace) -> int:
     data["violations"] = len(bad)
     write_json(folder / "audit.json", data)
     write_atomic(folder / "audit.md", markdown(data))
-    print_terminal(data)
+    print_terminal(data, wide=args.wide)
     from attnprof.files import commit_folder
 
     folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"report: {folder}/audit.json, audit.md")
     emit_json(args, {"schema": data["schema"], "out": str(folder), "mode": "phases", "sites": len(sites),
                      "calls": len(recorded.calls), "require": args.require, "violations": len(bad),
-                     "regret_ms_per_token": data.get("regret_ms_per_token"), "fix_flag": data.get("fix_flag")})
+                     "regret_ms_per_token": data.get("regret_ms_per_token"), "fix_flag": data.get("fix_flag"),
+                     "rejected": refused})
     if args.require and not recorded.calls:
-        raise CheckFailed(f"--require {args.require}: the model made no SDPA call at all")
+        raise CheckFailed(f"--require {args.require}: the model made no SDPA call at all"
+                          + (f" ({refused})" if refused else ""))
     if bad:
         raise CheckFailed(f"--require {args.require}: {len(bad)} call site(s) broke the rule\n" + "\n".join(bad)
                           + (f"\napply the measured fix: {data['fix_flag']}" if data.get("fix_flag") else ""))

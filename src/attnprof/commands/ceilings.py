@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.bench.ceilings import cache_key, cache_path, get_ceilings, measure_ceilings, store
     from attnprof.errors import UsageError
     from attnprof.files import write_json
-    from attnprof.report.render import err, fmt, out
+    from attnprof.report.render import WIDTH, err, fmt, out, say
     from attnprof.workload import resolve_device
 
     if args.show and args.remeasure:
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         folder = commit_folder(folder)
         source = f"measured now; cached in {cache_path()}; written to {folder}/ceilings.json"
     if found is None:
-        out.print(f"ceilings of {cache_key(device)}: unknown (never measured here; run `attnprof ceilings`)")
+        say(f"ceilings of {cache_key(device)}: unknown (never measured here; run `attnprof ceilings`)")
         emit_json(args, {"schema": "attnprof.ceilings/1", "key": cache_key(device), "known": False})
         return 0
     table = Table(title=f"measured ceilings: {found.key}", caption=source, caption_justify="left")
@@ -57,6 +57,6 @@ def run(args: argparse.Namespace) -> int:
                       f"unknown: {found.unknown.get('matmul_' + dtype, 'not measured')}", how)
     table.add_row("copy bandwidth", f"{fmt(found.copy_gbps, '.4g')} GB/s" if found.copy_gbps else "unknown",
                   found.method.get("copy", ""))
-    out.print(table)
+    out.print(table, width=WIDTH)  # 80 columns: the "how" cells wrap
     emit_json(args, {**found.to_json(), "known": True, "source": source})
     return 0

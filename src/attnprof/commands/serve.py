@@ -65,6 +65,8 @@ def register(sub) -> None:
     p.add_argument("--gpu-hour-price", type=float, default=None,
                    help="USD per GPU-hour for the cost columns (default 3.50, an assumed price, not a quote)")
     p.add_argument("--stem", default="serve", help="file name stem in --out: STEM.json, STEM.md, STEM-*.png")
+    p.add_argument("--wide", action="store_true",
+                   help="every column in the terminal tables (default: 80 columns, the reasons below the tables)")
     from attnprof.commands.common import add_output_args
 
     add_output_args(p)
@@ -114,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
     write_json(folder / f"{stem}.json", data)
     write_atomic(folder / f"{stem}.md", serve_report.markdown(data))
     partial.unlink(missing_ok=True)
-    serve_report.print_terminal(data)
+    from attnprof.report.serve_terminal import print_terminal
+
+    print_terminal(data, wide=args.wide)
     from attnprof.files import commit_folder
 
     folder = commit_folder(folder)  # complete: renamed from its temporary name

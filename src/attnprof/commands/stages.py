@@ -49,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
 
         variants.append(VARIANTS["naive-compiled"])
     from attnprof.validate import check_workload_fits
+    from attnprof.variants.user import gqa_convention
 
+    # up front: how k and v reach a user function when Hkv < Hq (its error repeats it if it fails on them)
+    note = ". ".join([note, *filter(None, (gqa_convention(v.name, workload) for v in variants if v.family == "user"))])
     check_workload_fits(workload, variants)  # "needs N GiB, the device has M" before anything is allocated
     folder = out_dir(args, "stages")
     err.print(f"[dim]{note}[/dim]")

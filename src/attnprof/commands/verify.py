@@ -195,8 +195,8 @@ def _kernel_level(args, device: str, dtypes: list[str], seed: int, rule, executo
 def _model_level(args, device: str, dtypes: list[str], seed: int, rule, kernel):
     from attnprof.models.attention import KNOWN
     from attnprof.numerics.verify import model_level
-    from attnprof.report.render import err, out
-    from attnprof.report.verify_report import model_table
+    from attnprof.report.render import err
+    from attnprof.report.verify_report import print_model_level
 
     spec = args.impls
     if spec is None:
@@ -205,5 +205,5 @@ def _model_level(args, device: str, dtypes: list[str], seed: int, rule, kernel):
     report, failures = model_level(args.model, spec, device, dtypes, seed=seed, rule=rule, batch=args.model_batch,
                                    seq=args.model_seq, decode_tokens=args.decode_tokens, kernel=kernel,
                                    on_step=lambda s: err.print(f"[dim]model: {s}[/dim]"))
-    out.print(model_table(report, wide=args.wide))
+    print_model_level(report, wide=args.wide)
     return report, failures

@@ -79,10 +79,21 @@ def build_model(name_or_path: str, *, attn_implementation: str = "eager", dtype:
     config = load_config(name_or_path, attn_implementation=attn_implementation)
     check_model_fits(config, dtype_name(dtype), device, name_or_path)  # before transformers allocates the weights
     torch.manual_seed(seed)
-    with torch.device(device):
-        model = tf.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
-                                                    dtype=DTYPES[dtype_name(dtype)])
+    try:
+        with torch.device(device):
+            model = tf.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
+                                                        dtype=DTYPES[dtype_name(dtype)])
+    except (ValueError, ImportError) as exc:
+        if attn_implementation != "eager":
+            raise  # the implementation may be what the class refuses: `models.features.build` tells them apart
+        raise not_a_causal_lm(name_or_path, exc) from None
     return model.eval()
+
+
+def not_a_causal_lm(name_or_path: str, exc: BaseException) -> UsageError:
+    """The user's config is not one transformers builds into a causal LM (with eager attention, which every class
+    takes), e.g. "Unrecognized configuration class … for AutoModelForCausalLM"."""
+    return UsageError(f"{name_or_path}: transformers cannot build a causal LM from it ({first_line(exc)[:200]})")
 
 
 def padded_batch(config, *, batch: int = 4, seq: int = 32, seed: int = 0, device: str = "cpu",

@@ -12,8 +12,11 @@ transformers model, only `attn_implementation` differs), with a floor per dtype.
 fp32 by default (half-precision rounding flips near-tied tokens of a random model for every implementation,
 eager included); `min_prefix` makes them gate everywhere.
 
-An implementation that raises is `error` (a failure, with its reason; flex failing to compile included); only a
-pinned SDPA backend refusing the inputs ("No available kernel") is `rejected`. A flex run after dynamo hit its
+An implementation that raises is `error` (a failure, with its reason; flex failing to compile included); it is
+`rejected` only when it was refused before running: a pinned SDPA backend refusing the inputs ("No available
+kernel"), the model class refusing the implementation (transformers' words, `models.features.switch`: Gemma 2 and
+gpt-oss refuse SDPA in transformers 5.24), or a variant asked for an argument it cannot take (softcap, a sliding
+window, sinks; `models.features.refuse_not_taken`). A flex run after dynamo hit its
 recompile limit for flex attention (it then runs new shapes eagerly) is named `flex_attention (unfused)`.
 """
 
@@ -28,6 +31,7 @@ import torch
 
 from attnprof.errors import UsageError, first_line
 from attnprof.models.attention import AttentionImpl
+from attnprof.models.features import forward_refusal, switch
 from attnprof.run import recompile_limit_hits, unfused_since
 from attnprof.workload import DTYPES
 
@@ -173,7 +177,9 @@ def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base
         return ModelResult(impl.name, dtype, "rejected", reason=impl.rejected)
     name, unfused = impl.name, None
     try:
-        model.set_attn_implementation(impl.attn_implementation)
+        refused = switch(model, impl.attn_implementation)  # the model class refusing it: transformers' words
+        if refused is not None:
+            return ModelResult(impl.name, dtype, "rejected", reason=f"{impl.name}: {refused}")
         with impl.context(), recompile_limit_hits():
             logits = _forward(model, ids, mask)
             tokens = _greedy(model, ids, mask, n)
@@ -189,6 +195,9 @@ def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base
         # refusing before anything ran: a refusal. Anything else that raised (flex failing to compile included) is a
         # crash: `error`, a failure with its reason (issue 18: a crash is never `rejected`).
         refused = impl.name.startswith("sdpa-") and "No available kernel" in text
+        said = forward_refusal(exc)  # transformers' attention integration refusing the call: a refusal too
+        if said is not None:
+            return ModelResult(impl.name, dtype, "rejected", reason=f"{impl.name}: {said}")
         status = "rejected" if refused else "error"
         return ModelResult(impl.name, dtype, status, reason=f"{impl.name}: {first_line(exc)}"[:400])
     finally:

@@ -111,12 +111,13 @@ def model_level(preset: str, impls_spec: str, device: str, dtypes: Sequence[str]
     """The model gate (`numerics.model`) with the implementations `impls_spec` names; its dict and failures."""
     from attnprof.models import attention_workload
     from attnprof.models.attention import resolve_impls
+    from attnprof.models.features import refuse_not_taken
     from attnprof.numerics.model import verify_model
 
     def impls(dtype, config):
         w = attention_workload(config, batch=batch, seq=seq, dtype=dtype, device=device,
                                mask="pad-left")  # the left-padded batch of numerics.model
-        return resolve_impls(impls_spec, device, workload=w, kernel=kernel)
+        return refuse_not_taken(resolve_impls(impls_spec, device, workload=w, kernel=kernel), config)
 
     resolve_impls(impls_spec, device, kernel=kernel)  # unknown names, bad user functions: before the model is built
     report = verify_model(preset, impls, dtypes, device=device, seed=seed, batch=batch, seq=seq,

@@ -7,7 +7,7 @@ first-call and repeat times so the verdict can be checked by eye.
 
 from __future__ import annotations
 
-from attnprof.report.render import env_note, fmt, md_escape, md_table, out
+from attnprof.report.render import env_note, fmt, md_escape, md_table, out, say
 
 
 def _ran(site: dict) -> str:
@@ -67,6 +67,8 @@ def markdown(data: dict) -> str:
     lines += [f"Run: batch {run['batch']}, prompt {run['prompt']}, {run['new_tokens']} generated tokens, "
               f"{run['attention_calls']} SDPA calls, phases {', '.join(run['phases'])}"
               + (f", pinned {run['pins']}" if run["pins"] else "") + ".", ""]
+    if data.get("rejected"):
+        lines += [f"No SDPA call ran: the model refused `attn_implementation=\"sdpa\"` ({data['rejected']}).", ""]
     if data.get("sites") is None:
         lines += ["Not measured (no `--measure`): what ran per site.", "",
                   md_table(["call site [class]", "calls", "ran", "envelope"],
@@ -92,25 +94,54 @@ def markdown(data: dict) -> str:
     return "\n".join(lines)
 
 
-def print_terminal(data: dict) -> None:
+def _site(site: dict, wide: bool) -> str:
+    """A call site for the terminal: the folded module path and the shape class (the file:line of the SDPA call is
+    in --wide and audit.md)."""
+    return site["key"] if wide or not site.get("module") else f"{site['module']} [{site['shape_class']}]"
+
+
+def print_terminal(data: dict, *, wide: bool = False) -> None:
+    """What ran per call site (and, measured, the regret of each) for a person: by default in 80 columns (short cells,
+    the fixes below the table; `wide`: every column, the fixes in it)."""
+    from rich.markup import escape
     from rich.table import Table
 
-    if data.get("sites") is None:
-        table = Table(title=data["title"])
-        for h in ("call site [class]", "calls", "ran", "envelope"):
+    from attnprof.report.render import compact_table, cut, fit_columns, left_out
+
+    if data.get("rejected"):
+        say(f"No SDPA call ran: the model refused attn_implementation=\"sdpa\" ({data['rejected']})",
+            style="yellow")
+        return
+    measured = data.get("sites") is not None
+    title = data["title"] + (f" — regret {fmt(data['regret_ms_per_token'], '.3g')} ms/token" if measured else "")
+    if not measured:
+        headers = ["call site [class]", "calls", "ran", "envelope"]
+        body = [[_site(s, wide), str(s["calls"]), ", ".join(f"{b} ×{n}" for b, n in s["ran"].items()), s["envelope"]]
+                for s in data["groups"]]
+        styles = [None] * len(body)
+    else:
+        headers = ["call site [class]", "ran", "fastest", "ms/call", "ms/tok", "%", "verdict"]
+        body = [[_site(r["site"], wide), _ran(r), _best(r) if wide else r["best_arm"] or "–",
+                 fmt(r["regret_ms_per_call"], ".3g"),
+                 fmt(r["regret_ms_per_token"], ".3g"), fmt(r["regret_pct"], ".1f"), r["verdict"]]
+                for r in data["sites"]]
+        styles = [{"over": "bold red", "unmeasured": "yellow"}.get(r["verdict"]) for r in data["sites"]]
+    if wide:
+        table = Table(title=title)
+        for h in headers + (["fix"] if measured else []):
             table.add_column(h, overflow="fold")
-        for s in data["groups"]:
-            table.add_row(s["key"], str(s["calls"]), ", ".join(f"{b} ×{n}" for b, n in s["ran"].items()),
-                          s["envelope"])
+        for i, row in enumerate(body):
+            fix = ("\n".join(data["sites"][i]["fixes"]) or data["sites"][i]["unmeasured"] or "") if measured else None
+            table.add_row(*[escape(c) for c in row], *([escape(fix)] if measured else []), style=styles[i])
         out.print(table)
         return
-    table = Table(title=f"{data['title']} — regret {fmt(data['regret_ms_per_token'], '.3g')} ms/token")
-    for h in ("call site [class]", "ran", "fastest", "ms/call", "ms/token", "%", "verdict / fix"):
-        table.add_column(h, overflow="fold")
-    for r in data["sites"]:
-        style = {"over": "bold red", "unmeasured": "yellow"}.get(r["verdict"], "green")
-        fix = "\n".join(r["fixes"]) or (r["unmeasured"] or "")
-        table.add_row(r["site"]["key"], _ran(r), _best(r), fmt(r["regret_ms_per_call"], ".3g"),
-                      fmt(r["regret_ms_per_token"], ".3g"), fmt(r["regret_pct"], ".1f"),
-                      f"[{style}]{r['verdict']}[/{style}]" + (f"\n{fix}" if fix else ""))
-    out.print(table)
+    keep = ["call site [class]", "verdict", "ms/tok", "ran", "fastest", "%", "ms/call"] if measured else headers
+    cuts = {"call site [class]": 36, "envelope": 44, "ran": 14, "fastest": 12}
+    body = [[escape(cut(c, cuts.get(h, len(c)))) for h, c in zip(headers, row)] for row in body]  # cells are markup
+    names, body, hidden = fit_columns(headers, body, keep)
+    say(title, style="bold")
+    out.print(compact_table("", names, body, styles=styles, right=("calls", "ms/call", "ms/tok", "%")))
+    for r in data["sites"] or []:
+        for fix in r["fixes"] or ([r["unmeasured"]] if r["unmeasured"] else []):
+            say(f"{_site(r['site'], False)}: {r['verdict']}: {fix}", style={"over": "red"}.get(r["verdict"]))
+    left_out(hidden, "--wide, audit.md")

@@ -52,6 +52,7 @@ def env_note(prov: dict[str, Any]) -> str:
 
 WIDTH = 80
 GAP = 2  # columns apart in a SIMPLE_HEAD table without edge padding
+EDGES = 2  # the box's left and right edge (a space each in SIMPLE_HEAD)
 
 
 def cell_len(text: str) -> int:
@@ -86,7 +87,7 @@ def fit_columns(headers: list[str], rows: list[list[str]], keep: list[str], *, c
                         for h in names] for r in rows]
 
     names, body = build(chosen)
-    while len(chosen) > 2 and table_width(names, body) > width:
+    while len(chosen) > 2 and table_width(names, body) + EDGES > width:
         chosen = chosen[:-1]
         names, body = build(chosen)
     return names, body, [h for h in headers if h not in names]

@@ -1,4 +1,5 @@
-"""The `serve` report: a markdown summary that opens with the answer, two pictures, and a terminal table.
+"""The `serve` report: a markdown summary that opens with the answer and two pictures (the terminal's tables are
+`serve_terminal.py`).
 
 Everything here reads the `attnprof.serve/1` dict the command wrote, so a report can be re-rendered from a saved
 file. Pictures: tokens/s against batch (decode) and context (prefill) per implementation; the continuous-batching
@@ -343,43 +344,6 @@ def write_plots(data: dict, folder: Path, stem: str) -> list[Path]:
         fig.suptitle(sub, fontsize=8, x=0.01, ha="left")
         written.append(write_atomic(folder / f"{stem}-latency.png", _png(fig)))
     return written
-
-
-def print_terminal(data: dict) -> None:
-    from rich.table import Table
-
-    from attnprof.report.render import out
-
-    for mode in ("prefill", "decode"):
-        if data[mode]:
-            table = Table(title=f"{mode} ({data['model']['name']}, {data['model']['dtype']})")
-            for h in static_head(mode):
-                table.add_column(h)
-            for row in _static_rows(data[mode], mode):
-                table.add_row(*[str(c) for c in row])
-            out.print(table)
-    if data["continuous"]["results"]:
-        table = Table(title="continuous batching")
-        for h in STREAM_HEAD:
-            table.add_column(h)
-        for row in _stream_rows(data["continuous"]["results"]):
-            table.add_row(*[str(c) for c in row])
-        out.print(table)
-    out.print(data["answer"])
-    prod = data.get("production")
-    if prod:
-        for title, rows, head, make in (("decode [production]", prod["decode"], static_head("decode"),
-                                         lambda rows: _static_rows(rows, "decode")),
-                                        ("continuous batching [production]", prod["continuous"]["results"],
-                                         STREAM_HEAD, _stream_rows)):
-            if rows:
-                table = Table(title=title)
-                for h in head:
-                    table.add_column(h)
-                for row in make(rows):
-                    table.add_row(*[str(c) for c in row])
-                out.print(table)
-        out.print("production loop: " + prod["answer"])
 
 
 def json_line(data: dict, folder) -> dict:

@@ -72,6 +72,23 @@ def compact_kernel_tables(runs: list[CaseRun], dtype: str) -> None:
         out.print(compact_table("", block_headers, block_rows, right=tuple(block_headers[1:])))
 
 
+def print_model_level(model: dict, *, wide: bool = False) -> None:
+    """The model level's table (its title a sentence above it by default) and, below it, each reason of a row that
+    did not pass, once per implementation and reason (a refusal in transformers' words included)."""
+    from attnprof.report.render import out, say
+
+    if not wide:
+        say(f"model level: {model['preset']}, left-padded batch {model['batch']}×{model['seq']}, vs eager fp32 on "
+            f"{model['valid_positions']} valid positions", style="bold")
+    out.print(model_table(model, wide=wide))
+    said: dict[tuple[str, str], list[str]] = {}  # (impl status, reason) → the dtypes it holds for
+    for r in model["results"]:
+        if r["status"] in ("fail", "error", "rejected") and r["reason"]:
+            said.setdefault((f"{r['impl']} {r['status']}", r["reason"]), []).append(r["dtype"])
+    for (what, why), dtypes in said.items():
+        say(f"{what} ({', '.join(dtypes)}): {why}", wide=wide, style="dim" if "rejected" in what else "red")
+
+
 def model_table(model: dict, *, wide: bool = False) -> Table:
     """The model level's table; by default in 80 columns (short headers, no box), `wide`: the full one."""
     from attnprof.report.render import compact_table
@@ -89,7 +106,7 @@ def model_table(model: dict, *, wide: bool = False) -> Table:
         rows.append([r["impl"], r["dtype"], f"[{colour}]{r['status']}[/{colour}]", *nums])
     if not wide:
         short = ["impl", "dtype", "status", "max |Δ|", "mean KL", "top-1", "prefix"]
-        return compact_table(title, short, rows, right=tuple(short[3:]))
+        return compact_table("", short, rows, right=tuple(short[3:]))
     table = Table(title=title, title_justify="left")
     for col in cols:
         table.add_column(col, justify="left" if col in ("impl", "dtype", "status") else "right")

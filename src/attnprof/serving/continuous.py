@@ -141,6 +141,8 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
     """
     from transformers import GenerationConfig
 
+    from attnprof.models.features import REFUSALS, said, switch
+
     name = "attached" if attach is not None else paged_name("sdpa" if impl.startswith("sdpa-") else impl)
     if name is None:
         return StreamResult(impl=impl, loop=loop, status="rejected", requests=len(requests),
@@ -157,9 +159,14 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
     manager = None
     try:
         if attach is not None:
-            attach(model)
-        else:
-            model.set_attn_implementation(name)
+            try:
+                attach(model)
+            except REFUSALS as exc:  # the model class refuses the registered kernel: transformers' words
+                return StreamResult(impl=impl, loop=loop, status="rejected", requests=len(requests),
+                                    reason=f"{impl}: {said(exc)}")
+        elif (refused := switch(model, name)) is not None:  # the model class refuses it: transformers' words
+            return StreamResult(impl=impl, loop=loop, status="rejected", requests=len(requests),
+                                reason=f"{impl if name == impl else f'{impl} ({name})'}: {refused}")
         config = _cb_config(device, requests, num_blocks, max_batch_tokens, graphs=loop == "production")
         manager = model.init_continuous_batching(generation_config=gen_config, continuous_batching_config=config)
         ran_as = model.config._attn_implementation

@@ -170,6 +170,7 @@ def _stream(model, impl, loop: str, reqs, args, device: str, progress, plan_slo=
 def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, args, device: str,
                   loop: str = "as-shipped"):
     """One prefill or decode measurement through `run.attempt`: a failure is a row with its status and reason."""
+    from attnprof.models.features import refusal_on_forward, switch
     from attnprof.run import attempt
     from attnprof.serving.loops import measure_static_decode, on_masked_path, unavailable
     from attnprof.serving.throughput import Point, measure_decode, measure_prefill
@@ -183,8 +184,11 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
                      loop=loop)
 
     def measure():
-        model.set_attn_implementation(impl.attn_implementation)
-        with impl.context():
+        refused = switch(model, impl.attn_implementation)  # the model class refusing it: transformers' words
+        if refused is not None:
+            return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected",
+                         reason=f"{impl.name}: {refused}", loop=loop)
+        with impl.context(), refusal_on_forward() as said:  # transformers' attention integration refusing a call
             if loop == "production":
                 return measure_static_decode(model, impl.name, batch=batch, context=context,
                                              new_tokens=plan["new_tokens"], device=device, seed=args.seed)
@@ -193,6 +197,8 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
                                        reps=args.reps, share=not args.no_share)
             return measure_decode(model, impl.name, batch=batch, context=context, new_tokens=plan["new_tokens"],
                                   device=device, seed=args.seed, share=not args.no_share)
+        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected",
+                     reason=f"{impl.name}: {said[0]}", loop=loop)
 
     got = attempt(measure, device=device)
     if got.value is not None:

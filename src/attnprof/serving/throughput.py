@@ -99,11 +99,14 @@ def resolve_impls(spec: str | None, device: str, *, config=None, dtype: str = "b
     that cannot run comes back rejected with the reason (a row in the report), never silently replaced. `config` (the
     model's) lets every implementation be refused up front with its own reason (`Variant.supports`, SDPA's checks)."""
     from attnprof.models import attention, attention_workload
+    from attnprof.models.features import refuse_not_taken
 
     workload = None
     if config is not None:
         workload = attention_workload(config, batch=1, seq=context, dtype=dtype, device=device)
     impls = attention.resolve_impls(spec or DEFAULT_IMPLS, device, workload=workload)
+    if config is not None:  # softcap, sliding windows, sinks: a variant's call cannot take them
+        impls = refuse_not_taken(impls, config)
     out = [impl for impl in impls if spec or impl.rejected is None]
     out.sort(key=lambda i: i.name != "eager")
     return out

@@ -10,7 +10,8 @@ this system, a broken `metadata.json`, a Hub kernel not in the cache while offli
 reason and, where it helps, the command that would fix it.
 
 Layout: the registry speaks `[B, H, S, D]`; flash-attn kernels take `[B, S, H, D]`, so this file transposes on
-the way in and out (see `kernel_attention`).
+the way in and out (see `kernel_attention`). A padded workload (`pad-left`, `pad-right`, `bool`) goes through the
+kernel's `flash_attn_varlen_func` (`kernel_padded.py`: unpad, run, scatter back) when the repo has one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from attnprof.backends import register_kernel_module
 from attnprof.errors import UsageError, first_line
 from attnprof.variants.base import Accepted, Rejected, Support, Variant
+from attnprof.variants.kernel_padded import PADDED_MASKS, padded_attention
 from attnprof.workload import Inputs, Workload
 
 DEFAULT_REPO = Path(__file__).resolve().parents[3] / "kernels" / "flash-triton"
@@ -141,9 +143,9 @@ def _local_overrides() -> set[str]:
 
 
 def supports(workload: Workload, spec: KernelSpec = DEFAULT) -> Support:
-    if workload.mask != "none":
-        return Rejected(f"kernel: flash_attn_func takes no attention mask (mask={workload.mask}); "
-                        "padding needs a varlen or masked kernel (try sdpa or flex)")
+    if workload.mask not in ("none", *PADDED_MASKS):
+        return Rejected(f"kernel: flash-attn kernels take no {workload.mask} mask (padding goes through "
+                        "flash_attn_varlen_func: pad-left, pad-right, bool); try sdpa or flex")
     if workload.dtype not in ("fp16", "bf16"):
         return Rejected(f"kernel: flash-attn kernels take fp16 or bf16, not {workload.dtype}")
     on_cpu = not workload.device.startswith("cuda")
@@ -161,6 +163,14 @@ def supports(workload: Workload, spec: KernelSpec = DEFAULT) -> Support:
         return Rejected("kernel: this kernel module was loaded without Triton's interpreter and cannot run on "
                         "the CPU (TRITON_INTERPRET=1 must be set before the kernel is loaded)")
     note = "" if head_dims is not None else "head-dim and dtype limits are the kernel's own"
+    if workload.mask != "none":
+        if not callable(getattr(module, "flash_attn_varlen_func", None)):
+            return Rejected(f"kernel: {spec.label()} has no flash_attn_varlen_func, and flash_attn_func takes no mask "
+                            f"(mask={workload.mask}); try sdpa or flex")
+        if on_cpu and workload.dtype == "bf16":
+            return Rejected("kernel: flash_attn_varlen_func refuses bf16 under Triton's interpreter (it gets bf16 "
+                            "tl.dot wrong); use fp16 on the CPU, or a GPU")
+        note = "; ".join(filter(None, [note, f"mask={workload.mask} through flash_attn_varlen_func (unpadded)"]))
     return Accepted(note)
 
 
@@ -169,8 +179,8 @@ def kernel_attention(inputs: Inputs, spec: KernelSpec = DEFAULT) -> torch.Tensor
     module = load(spec)
     if isinstance(module, Rejected):
         raise RuntimeError(module.reason)
-    if inputs.attn_mask is not None:
-        raise ValueError("kernel: flash_attn_func takes no attention mask")
+    if inputs.attn_mask is not None:  # padding: the varlen form over each sequence's key range
+        return padded_attention(module, inputs.q, inputs.k, inputs.v, inputs.attn_mask, inputs.scale)
     # [B, H, S, D] -> [B, S, H, D], flash-attn's layout, as views. A kernel that declares `ACCEPTS_STRIDED`
     # (flash-triton: any batch/seq/head strides, last dim contiguous) gets the views, no copy; any other kernel
     # gets `.contiguous()` copies (free when the workload was made as [B, S, H, D]), which show up in the profile.

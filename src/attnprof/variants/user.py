@@ -1,6 +1,9 @@
 """Users' own attention: `package.module:function` taking `(q, k, v, *, causal, scale)` in `[B, H, S, D]`.
 
-k and v may have fewer heads than q (GQA). A function that also accepts `attn_mask=` is given the workload's mask
+k and v may have fewer heads than q (GQA): they arrive with Hkv heads, as SDPA's `enable_gqa=True` takes them, never
+repeated for the function. `gqa_convention` says so in one sentence; commands print it up front (stages), the
+variant's `supports` carries it as its note, and a function that raises on such a call gets that sentence in front
+of its error (`GQAConventionError`), so the likely cause is named where the failure is. A function that also accepts `attn_mask=` is given the workload's mask
 (bool, True = attend; or additive float) and `causal=False`; one that does not is rejected for masked workloads.
 The output must be `[B, Hq, Sq, D]`: anything else is a usage error naming the function and the shapes
 (`base.check_output`, at every call site: `run()` and the model adapter).
@@ -13,9 +16,25 @@ import inspect
 
 import torch
 
-from attnprof.errors import UsageError
+from attnprof.errors import UsageError, first_line
 from attnprof.variants.base import Accepted, Rejected, Support, Variant
 from attnprof.workload import Inputs, Workload
+
+
+class GQAConventionError(RuntimeError):
+    """A user function raised on a GQA call: its error, after the sentence that says how k and v arrived."""
+
+
+def gqa_convention(spec: str, workload: Workload) -> str | None:
+    """The sentence that says how k and v reach `spec` for a GQA workload (None when Hkv == Hq)."""
+    if not workload.gqa:
+        return None
+    return gqa_sentence(spec, workload.heads, workload.kv_heads)
+
+
+def gqa_sentence(spec: str, heads: int, kv_heads: int) -> str:
+    return (f"{spec}: k and v arrive with Hkv={kv_heads} heads (q has Hq={heads}), as SDPA's enable_gqa=True; "
+            f"repeat them yourself if your function needs Hq={heads} heads")
 
 
 def load_user_variant(spec: str) -> Variant:
@@ -40,12 +59,20 @@ def load_user_variant(spec: str) -> Variant:
         kwargs = {"causal": inputs.causal, "scale": inputs.scale}
         if inputs.attn_mask is not None:
             kwargs["attn_mask"] = inputs.attn_mask
-        return fn(inputs.q, inputs.k, inputs.v, **kwargs)  # its shape is checked where it is called
+        heads, kv_heads = inputs.q.shape[1], inputs.k.shape[1]
+        if heads == kv_heads:
+            return fn(inputs.q, inputs.k, inputs.v, **kwargs)  # its shape is checked where it is called
+        try:
+            return fn(inputs.q, inputs.k, inputs.v, **kwargs)
+        except torch.OutOfMemoryError:
+            raise  # out of memory is its own status, whatever the heads
+        except (RuntimeError, ValueError, TypeError, IndexError, AssertionError) as exc:  # shape errors, asserts
+            raise GQAConventionError(f"{gqa_sentence(spec, heads, kv_heads)}. It raised {first_line(exc)}") from exc
 
     def supports(workload: Workload) -> Support:
         if workload.mask != "none" and not takes_mask:
             return Rejected(f"{spec}: the workload has a {workload.mask} mask and the function takes no attn_mask=")
-        return Accepted()
+        return Accepted(gqa_convention(spec, workload) or "")
 
     run.__name__ = getattr(fn, "__name__", attr)
     return Variant(name=spec, fn=run, supports=supports, family="user",
