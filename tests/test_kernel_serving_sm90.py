@@ -62,11 +62,11 @@ def compile_decode(page: int, append: bool, fused: bool, d: int = 128):
     cfg = _load("_splits").DecodeConfig().for_head_dim(d)
     pointers = {n: "*bf16" for n in ("Q", "KCache", "VCache", "KNew", "VNew", "O")}
     pointers.update(LSE="*fp32", Seqlens="*i32", BatchIdx="*i32", LeftPad="*i32", Table="*i32", PartAcc="*fp32",
-                    PartML="*fp32", Counters="*i32", qk_scale="fp32")
+                    PartML="*fp32", Counters="*i32", qk_scale="fp32", softcap_in="fp32", softcap_out="fp32")
     const = dict(HEAD_DIM=d, BLOCK_D=d, BLOCK_M=16, BLOCK_N=cfg.block_n, PAGE_SIZE=page, CAUSAL=append,
                  APPEND=append, HAS_SEQLENS=True, HAS_BATCH_IDX=False, HAS_LEFTPAD=False, SPLIT=True,
                  FUSED_REDUCE=fused, STORE_LSE=False, PREFETCH=cfg.prefetch_merge, LSE=None, BatchIdx=None,
-                 LeftPad=None)
+                 LeftPad=None, Sinks=None, SOFTCAP=False, WINDOW=False, SINKS=False)
     if not append:
         const.update(KNew=None, VNew=None)
     if not page:
@@ -106,12 +106,20 @@ def test_fused_merge_counts_with_atomics(decode):
     assert "atomic_rmw" not in decode["paged16-2launch"].asm["ttgir"]  # the second launch merges instead
 
 
-@pytest.mark.parametrize("tma", [True, False], ids=["tma", "pointers"])
-def test_varlen_prefill_compiles_on_both_load_paths(tma):
+@pytest.mark.parametrize("tma, features", [(True, False), (False, False), (True, True)],
+                         ids=["tma", "pointers", "tma-softcap-window-sinks"])
+def test_varlen_prefill_compiles_on_both_load_paths(tma, features):
+    """Plain, and with every model feature on (`_features.py`: Gemma 2's softcap and window, gpt-oss's sinks)."""
     fn = _load("_kernel").attention_fwd
-    pointers = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", qk_scale="fp32", CuSeqQ="*i32", CuSeqK="*i32")
+    pointers = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", qk_scale="fp32", CuSeqQ="*i32", CuSeqK="*i32",
+                    softcap_in="fp32", softcap_out="fp32")
     const = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, CAUSAL=True, USE_TMA=tma, WARP_SPECIALIZE=False,
-                 OVERLAP=False, POLY_EXP=False, LAZY_RESCALE=False, VARLEN=True)
+                 OVERLAP=False, POLY_EXP=False, LAZY_RESCALE=False, VARLEN=True, SOFTCAP=features, WINDOW=features,
+                 SINKS=features)
+    if features:
+        pointers["Sinks"] = "*fp32"
+    else:
+        const["Sinks"] = None
     if tma:
         pointers.update({n: "tensordesc<bf16[64, 128]>" for n in ("desc_q", "desc_k", "desc_v")})
     else:

@@ -21,6 +21,7 @@ import torch
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
 from ._config import block_d
 from ._decode import kvcache_fwd, kvcache_reduce
+from ._features import PLAIN, Features, kernel_args, parse_features
 from ._launch import Launcher
 from ._splits import DEFAULT, DecodeConfig, counters, plan
 
@@ -85,6 +86,7 @@ class _Call:
     reduce_grid: tuple | None
     reduce_tail: tuple
     reduce_meta: dict
+    features: Features = PLAIN
 
 
 _CALLS: dict[tuple, _Call] = {}
@@ -107,23 +109,26 @@ def _int_class(n: int) -> tuple:
 
 def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, cache_batch_idx=None,
                       cache_leftpad=None, block_table=None, softmax_scale=None, causal=False, num_splits=0,
-                      return_softmax_lse=False, *, config: DecodeConfig | None = None):
+                      return_softmax_lse=False, *, config: DecodeConfig | None = None, softcap=0.0,
+                      window_size=(-1, -1), s_aux=None):
     """The launch behind `flash_attn_with_kvcache` (and `flash_attn_func` at decode shapes), with an optional
     explicit `config`. Returns out `[B, Sq, Hq, D]`, and LSE `[B, Hq, Sq]` fp32 when asked.
 
     The checks and the plan run once per call signature (`_meta` of every tensor, the flags, the config) and are
     remembered; a repeat call allocates its output and workspace and launches through `_launch.Launcher` (no Triton
-    binder): host time per call is the point at decode, where every layer of every step makes one."""
+    binder): host time per call is the point at decode, where every layer of every step makes one. `softcap`,
+    `window_size` and `s_aux` as flash-attn computes them (`_features.py`)."""
     key = (_meta(q), _meta(k_cache), _meta(v_cache), _meta(k), _meta(v), _meta(cache_seqlens),
            _meta(cache_batch_idx), _meta(cache_leftpad), _meta(block_table), causal, num_splits,
-           return_softmax_lse, config)
+           return_softmax_lse, config, softcap, _window_key(window_size), _meta(s_aux))
     try:
         call = _CALLS.get(key)
     except TypeError:  # an unhashable argument: checked (and refused) the slow way
         call, key = None, None
     if call is None:
         call = _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
-                        causal, num_splits, return_softmax_lse, config)
+                        causal, num_splits, return_softmax_lse, config,
+                        parse_features("flash_attn_with_kvcache", q, softcap, window_size, s_aux))
         if key is not None:
             if len(_CALLS) >= _MAX_CALLS:
                 _CALLS.clear()
@@ -139,23 +144,31 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
     capacity = call.capacity
     seqlen_scalar = capacity if cache_seqlens is None else (0 if seqlens is not None else int(cache_seqlens))
     d = q.shape[-1]
-    scale = (d ** -0.5 if softmax_scale is None else float(softmax_scale)) * _LOG2E
+    raw_scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    scale = raw_scale * _LOG2E
     key_fwd = None if key is None else (key, _int_class(seqlen_scalar))
+    cap_in, cap_out, win_left, win_right = kernel_args(call.features, raw_scale)
     _FWD(key_fwd, call.fwd_grid,
          (q, k_cache, v_cache, k, v, out, lse, seqlens, cache_batch_idx, cache_leftpad, block_table,
-          part_acc, part_ml, count, seqlen_scalar, scale, *call.fwd_tail), call.fwd_meta)
+          part_acc, part_ml, count, seqlen_scalar, scale, s_aux, cap_in, cap_out, win_left, win_right,
+          *call.fwd_tail), call.fwd_meta)
     if call.reduce_grid is not None:
         _REDUCE(key_fwd, call.reduce_grid,
-                (out, lse, seqlens, cache_leftpad, part_acc, part_ml, seqlen_scalar, *call.reduce_tail),
-                call.reduce_meta)
+                (out, lse, seqlens, cache_leftpad, part_acc, part_ml, seqlen_scalar, s_aux, win_left,
+                 *call.reduce_tail), call.reduce_meta)
     return (out, lse) if return_softmax_lse else out
 
 
 _LOG2E = math.log2(math.e)
 
 
+def _window_key(window_size):
+    """`window_size` as it keys a call (a list is taken as its tuple; anything else is refused by `_prepare`)."""
+    return tuple(window_size) if isinstance(window_size, (tuple, list)) else window_size
+
+
 def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, causal,
-             num_splits, return_softmax_lse, config) -> _Call:
+             num_splits, return_softmax_lse, config, f: Features) -> _Call:
     """Check the call (ValueError with the reason) and decide everything about its launches from shapes."""
     if not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError(f"flash-triton flash_attn_with_kvcache: num_splits must be an int >= 0, got {num_splits!r}")
@@ -173,7 +186,7 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
     out_shape = (batch, sq, hq, d)
     lse_shape = (batch, hq, sq) if return_softmax_lse else None
     if batch * sq * hq * d == 0:
-        return _Call(out_shape, lse_shape, capacity, 0, 0, 0, False, None, (), {}, None, (), {})
+        return _Call(out_shape, lse_shape, capacity, 0, 0, 0, False, None, (), {}, None, (), {}, f)
     p = plan(batch, hkv, sq * groups, capacity, q.device, cfg, num_splits)
     split = p.num_splits > 1
     tiles = batch * hkv * p.m_tiles
@@ -191,7 +204,7 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
                 block_table.stride(0) if paged else 0, *heads)
     fwd_meta = dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_N=cfg.block_n, PAGE_SIZE=page,
                     HAS_BATCH_IDX=cache_batch_idx is not None, SPLIT=split, FUSED_REDUCE=cfg.fused_reduce,
-                    BLOCK_D=width, PREFETCH=cfg.prefetch_merge, **flags, num_warps=cfg.num_warps,
+                    BLOCK_D=width, PREFETCH=cfg.prefetch_merge, **flags, **f.meta(), num_warps=cfg.num_warps,
                     num_stages=cfg.num_stages)
     two_launch = split and not cfg.fused_reduce
     return _Call(out_shape, lse_shape, capacity,
@@ -202,7 +215,8 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
                  reduce_grid=(batch * hkv, p.m_tiles) if two_launch else None,
                  reduce_tail=(*out_strides, *heads),
                  reduce_meta=dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_D=width, PREFETCH=cfg.prefetch_merge, **flags,
-                                  num_warps=4))
+                                  WINDOW=f.meta()["WINDOW"], SINKS=f.sinks, num_warps=4),
+                 features=f)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -216,10 +230,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     before the append (None: the whole cache); the new keys land at positions cache_seqlens .. + S_new - 1 and the
     query attends to keys [cache_leftpad, cache_seqlens + S_new); causal is bottom-right aligned. Paged with
     `block_table` (`k_cache` `[num_blocks, page_size, Hkv, D]`). `num_splits` 0 picks the split count, n > 0 forces n.
-    Returns out `[B, Sq, Hq, D]`, and `(out, softmax_lse [B, Hq, Sq])` with `return_softmax_lse`. Rotary
-    embeddings, windows, softcap, ALiBi and sinks raise ValueError naming the argument.
+    Returns out `[B, Sq, Hq, D]`, and `(out, softmax_lse [B, Hq, Sq])` with `return_softmax_lse`. `softcap`,
+    `window_size` and `s_aux` (sinks) as flash-attn computes them (`_features.py`); rotary embeddings and ALiBi
+    raise ValueError naming the argument.
     """
-    refuse_unsupported("flash_attn_with_kvcache", window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                       s_aux=s_aux, rotary_cos=rotary_cos, rotary_sin=rotary_sin)
+    refuse_unsupported("flash_attn_with_kvcache", alibi_slopes=alibi_slopes, rotary_cos=rotary_cos,
+                       rotary_sin=rotary_sin)
     return kvcache_attention(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
-                             softmax_scale, causal, num_splits, return_softmax_lse)
+                             softmax_scale, causal, num_splits, return_softmax_lse, softcap=softcap,
+                             window_size=window_size, s_aux=s_aux)

@@ -29,6 +29,7 @@ import torch
 import triton
 
 from ._checks import head_dim_problem, refuse_unsupported, tma_layout
+from ._features import PLAIN, Features, gluon_problem, kernel_args, parse_features
 from ._config import (
     INTERPRETED,
     SUPPORTED_DTYPES,
@@ -153,18 +154,22 @@ _PLANS: dict[tuple, tuple] = {}  # call signature -> (kind, config, layout): wha
 _MAX_PLANS = 4096
 
 
-def _signature(q, k, v, causal, config, fp32_ok) -> tuple | None:
+def _signature(q, k, v, causal, config, fp32_ok, f: Features = PLAIN, s_aux=None) -> tuple | None:
     """Everything `_plan` decides from: shapes, strides, dtypes, devices, 16-byte alignment (TMA), the mask, the
-    config. Not the values: the same signature always gets the same plan. None for non-tensors (checked the slow way)."""
+    config, the model features (and the sinks' dtype and alignment). Not the values: the same signature always gets
+    the same plan. None for non-tensors (checked the slow way)."""
     if not (type(q) is type(k) is type(v) is torch.Tensor):
         return None
+    sinks = None if s_aux is None else (s_aux.dtype, s_aux.data_ptr() % 16)
     return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
-            k.device, v.device, q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, bool(causal), config, fp32_ok)
+            k.device, v.device, q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, bool(causal), config, fp32_ok,
+            f, sinks)
 
 
-def _plan(q, k, v, causal: bool, config, fp32_ok: bool) -> tuple:
+def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> tuple:
     """Check the inputs (ValueError with the reason) and decide the program: ("empty",), ("decode", cfg),
-    ("bf16-interpreter", cfg), ("gluon", cfg, layout) or ("triton", cfg, layout)."""
+    ("bf16-interpreter", cfg), ("gluon", cfg, layout) or ("triton", cfg, layout). Model features (`_features.py`)
+    run on the Triton and decode programs only."""
     reason = check_inputs(q, k, v, _fp32_ok=fp32_ok and INTERPRETED)
     if reason is not None:
         raise ValueError(f"flash-triton: {reason}")
@@ -172,9 +177,11 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool) -> tuple:
     if q.numel() == 0 or sk == 0:
         return ("empty",)
     if config is not None and isinstance(config, Config) and config.gluon and (
-            reason := gluon_unsupported(q, k, causal, config)):
+            reason := gluon_problem(f) or gluon_unsupported(q, k, causal, config)):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
+    if isinstance(cfg, Config) and cfg.gluon and f.any:
+        cfg = default_config(d, q.device)  # the Gluon programs compute plain attention only
     layout = tma_layout(q, k, v)
     if isinstance(cfg, Config) and cfg.gluon and layout is None:  # v's layout: choose_config saw q, k
         if config is not None:
@@ -199,20 +206,22 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool) -> tuple:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
-              causal: bool = False, *, config: Config | DecodeConfig | None = None,
-              _fp32_ok: bool = False) -> torch.Tensor:
+              causal: bool = False, *, config: Config | DecodeConfig | None = None, features: Features = PLAIN,
+              s_aux: torch.Tensor | None = None, _fp32_ok: bool = False) -> torch.Tensor:
     """`flash_attn_func` with an explicit launch `config` (for tuning). `[B, S, H, D]` in and out, any strides with a
     contiguous head dim, never copied: TMA (and the Gluon program) read contiguous tensors and `[B, S, H, D]` views of
     contiguous `[B, H, S, D]` ones (`tma_layout`), other strides go through pointer loads. The output has q's layout
     in the second case (a view of a `[B, H, S, D]` tensor), else it is contiguous.
 
     The checks and the choice of program run once per call signature (shapes, strides, dtypes, alignment, mask,
-    config; `_signature`) and are remembered: they were a third of a small call's host time."""
+    config; `_signature`) and are remembered: they were a third of a small call's host time. `features` (checked by
+    `_features.parse_features`) and the sinks `s_aux` `[Hq]` are flash-attn's softcap, window_size and s_aux."""
     # _fp32_ok: only the interpreter's own bf16 path (below) runs float32 copies; callers cannot ask for it
-    key = _signature(q, k, v, causal, config, _fp32_ok)
+    f = features
+    key = _signature(q, k, v, causal, config, _fp32_ok, f, s_aux)
     plan = _PLANS.get(key) if key is not None else None
     if plan is None:
-        plan = _plan(q, k, v, causal, config, _fp32_ok)
+        plan = _plan(q, k, v, causal, config, _fp32_ok, f)
         if key is not None:
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
@@ -222,13 +231,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     if kind == "empty":
         return torch.zeros((b, sq, hq, d), dtype=q.dtype, device=q.device)
     if kind == "decode":
-        return kvcache_attention(q, k, v, softmax_scale=softmax_scale, causal=causal, config=plan[1])
+        return kvcache_attention(q, k, v, softmax_scale=softmax_scale, causal=causal, config=plan[1],
+                                 softcap=f.softcap, window_size=f.window, s_aux=s_aux)
     cfg = plan[1]
     if kind == "bf16-interpreter":
         # Triton's interpreter upcasts bf16 tl.dot operands wrongly (values ~1e8, relative error ~1e9): on the
         # CPU only, the program runs on float32 copies (every tl.dot then in fp32) and the result is rounded to
         # bf16. Never on a GPU, where bf16 is compiled and right.
-        out = attention(q.float(), k.float(), v.float(), softmax_scale, causal, config=cfg, _fp32_ok=True)
+        out = attention(q.float(), k.float(), v.float(), softmax_scale, causal, config=cfg, features=f, s_aux=s_aux,
+                        _fp32_ok=True)
         return out.to(torch.bfloat16)
     layout = plan[2]
     sk, hkv = k.shape[1], k.shape[2]
@@ -264,8 +275,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
          k.stride(0), k.stride(1), k.stride(2),
          v.stride(0), v.stride(1), v.stride(2),
          out.stride(0), out.stride(1), out.stride(2),
-         hq, hq // hkv, sq, sk, None, None),
-        dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma,
+         hq, hq // hkv, sq, sk, None, None, s_aux, *kernel_args(f, scale)),
+        dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma, **f.meta(),
              WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
              LAZY_RESCALE=cfg.lazy_rescale, HEADS_IN_ROWS=cfg.use_tma and layout == "heads", BLOCK_D=block_d(d),
              num_warps=cfg.num_warps, num_stages=cfg.num_stages))
@@ -335,8 +346,10 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False, s_aux=None):
     """Fused attention forward, as flash-attn's `flash_attn_func`: q `[B, Sq, Hq, D]`, k/v `[B, Sk, Hkv, D]` ->
-    out `[B, Sq, Hq, D]`. `deterministic` is accepted (the forward always is); dropout, windows, softcap, ALiBi,
-    sinks and returned probabilities raise ValueError naming the argument."""
-    refuse_unsupported("flash_attn_func", dropout_p=dropout_p, window_size=window_size, softcap=softcap,
-                       alibi_slopes=alibi_slopes, s_aux=s_aux, return_attn_probs=return_attn_probs)
-    return attention(q, k, v, softmax_scale, causal)
+    out `[B, Sq, Hq, D]`. `softcap`, `window_size` and `s_aux` (sinks, `[Hq]`) as flash-attn computes them
+    (`_features.py`); `deterministic` is accepted (the forward always is); dropout, ALiBi and returned probabilities
+    raise ValueError naming the argument."""
+    refuse_unsupported("flash_attn_func", dropout_p=dropout_p, alibi_slopes=alibi_slopes,
+                       return_attn_probs=return_attn_probs)
+    f = parse_features("flash_attn_func", q, softcap, window_size, s_aux)
+    return attention(q, k, v, softmax_scale, causal, features=f, s_aux=s_aux)

@@ -65,6 +65,24 @@ def _load_kv(desc, base, row0, col, start_n, stride_s, limit,
 
 
 @triton.jit
+def _tanh(x):
+    """tanh from exp2 (no libdevice call, so the interpreter runs it too): sign(x) (1 - e^-2|x|) / (1 + e^-2|x|)."""
+    e = tl.math.exp2(tl.abs(x) * -2.8853900817779268)  # e^(-2|x|) = 2^(-2 log2(e) |x|)
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _scores(qk, qk_scale, softcap_in, softcap_out, SOFTCAP: tl.constexpr):
+    """Raw q·kᵀ to base-2 logits: scale (log2(e) folded in) or, with `SOFTCAP`, cap·tanh(scale·qk / cap) (flash-attn's
+    and Gemma 2's soft-capping: softcap_in = scale / cap, softcap_out = cap·log2(e))."""
+    if SOFTCAP:
+        return _tanh(qk * softcap_in) * softcap_out
+    else:
+        return qk * qk_scale
+
+
+@triton.jit
 def _exp2_poly(x):
     """2^x on the FMA/ALU pipes instead of the special-function unit (FlashAttention-4's trick): 2^floor(x) built
     in the exponent bits, 2^frac(x) from a degree-3 minimax polynomial (relative error ~1e-4, below bf16's 4e-3).
@@ -93,9 +111,12 @@ def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, s
             lo, hi, offs_m, diag, SK, qk_scale,
             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
             USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, BLOCK_M: tl.constexpr, POLY_EXP: tl.constexpr,
-            BOUNDED: tl.constexpr = False, LAZY_RESCALE: tl.constexpr = False, BLOCK_D: tl.constexpr = 128):
+            BOUNDED: tl.constexpr = False, LAZY_RESCALE: tl.constexpr = False, BLOCK_D: tl.constexpr = 128,
+            softcap_in=1.0, softcap_out=1.0, win_left=0, win_right=0,
+            SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False):
     """Fold the key blocks [lo, hi) into (acc, l_i, m_i). `MASKED` applies the causal mask, `BOUNDED` (masked
-    blocks only) also the end of Sk: only the one block that crosses Sk needs it."""
+    blocks only) also the end of Sk: only the one block that crosses Sk needs it. `WINDOW` (masked blocks only) keeps
+    key j for row i when i + diag - win_left <= j <= i + diag + win_right; `SOFTCAP` caps the logits (`_scores`)."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -109,7 +130,10 @@ def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, s
                     keep = keep & (cols[None, :] <= offs_m[:, None] + diag)
             else:
                 keep = cols[None, :] <= offs_m[:, None] + diag
-            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            if WINDOW:
+                keep = keep & (cols[None, :] >= offs_m[:, None] + diag - win_left)
+                keep = keep & (cols[None, :] <= offs_m[:, None] + diag + win_right)
+            qk = tl.where(keep, _scores(qk, qk_scale, softcap_in, softcap_out, SOFTCAP), float("-inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             # A row with nothing visible yet keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -184,16 +208,23 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
                   stride_kb, stride_ks, stride_kh,
                   stride_vb, stride_vs, stride_vh,
                   stride_ob, stride_os, stride_oh,
-                  H, GROUPS, SQ, SK, CuSeqQ, CuSeqK,
+                  H, GROUPS, SQ, SK, CuSeqQ, CuSeqK, Sinks, softcap_in, softcap_out, win_left, win_right,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
                   OVERLAP: tl.constexpr = False, POLY_EXP: tl.constexpr = False,
                   LAZY_RESCALE: tl.constexpr = False, VARLEN: tl.constexpr = False,
-                  HEADS_IN_ROWS: tl.constexpr = False, BLOCK_D: tl.constexpr = 128):
+                  HEADS_IN_ROWS: tl.constexpr = False, BLOCK_D: tl.constexpr = 128,
+                  SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False, SINKS: tl.constexpr = False):
     """grid = (cdiv(Sq, BLOCK_M), B * H). Tensors `[B, S, H, D]`, last dim contiguous. With `VARLEN`: tensors
     `[total, H, D]` (the batch strides unused), `CuSeqQ`/`CuSeqK` the `[B + 1]` cumulative lengths, SQ the longest
     query sequence (the grid), SK unused. With `HEADS_IN_ROWS` (dense only) the TMA descriptors are `[B*H*S, D]`
-    views of `[B, H, S, D]` tensors (handed over as `[B, S, H, D]` views): a head's rows are consecutive there."""
+    views of `[B, H, S, D]` tensors (handed over as `[B, S, H, D]` views): a head's rows are consecutive there.
+
+    Model features, flash-attn's semantics (`_features.py` turns the entry points' arguments into these): `SOFTCAP`
+    caps the logits, `WINDOW` keeps keys [i + diag - win_left, i + diag + win_right] of row i (the host passes a
+    bound past every key for an unbounded side), `SINKS` adds exp(Sinks[h]) to each row's softmax denominator
+    (gpt-oss's per-head sink logit, fp32 `[H]`). With any of them the key blocks of a tile run through one masked
+    loop over the blocks the window and the diagonal leave (the plain path's unmasked fast loop assumes none)."""
     if CAUSAL:
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest tiles first
     else:
@@ -252,27 +283,45 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
     if VARLEN:  # a tile past the end of its (shorter) sequence: no key block, nothing stored
         full = tl.where(m0 < sq, full, 0)
         end = tl.where(m0 < sq, end, 0)
-    if OVERLAP:
-        if full > 0:
-            acc, l_i, m_i = _attend_overlap(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
-                                            stride_ks, stride_vs, 0, full, sk, qk_scale, BLOCK_N, HEAD_DIM, USE_TMA, BLOCK_D)
+    if SOFTCAP or WINDOW:
+        # every block this tile's rows may see, all masked: [row 0's window start, the last row's last key]
+        lo = 0
+        hi = end
+        if WINDOW:
+            lo = tl.maximum(m0 + diag - win_left, 0) // BLOCK_N * BLOCK_N
+            hi = tl.minimum(tl.maximum(m0 + BLOCK_M + diag + win_right, 0), end)  # end: Sk, or the causal limit
+        acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
+                                stride_ks, stride_vs, lo, tl.maximum(hi, lo), offs_m, diag, sk, qk_scale,
+                                BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, True,
+                                False, BLOCK_D, softcap_in, softcap_out, win_left, win_right, SOFTCAP, WINDOW)
     else:
+        if OVERLAP:
+            if full > 0:
+                acc, l_i, m_i = _attend_overlap(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
+                                                stride_ks, stride_vs, 0, full, sk, qk_scale, BLOCK_N, HEAD_DIM, USE_TMA, BLOCK_D)
+        else:
+            acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
+                                    stride_ks, stride_vs, 0, full, offs_m, diag, sk, qk_scale,
+                                    BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, POLY_EXP,
+                                    False, LAZY_RESCALE, BLOCK_D)
+        # the masked blocks: the causal diagonal inside Sk, then the one block that crosses Sk (if Sk is ragged)
+        ragged = sk // BLOCK_N * BLOCK_N  # >= full
+        if CAUSAL:
+            acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
+                                    stride_ks, stride_vs, full, tl.minimum(end, ragged), offs_m, diag, sk, qk_scale,
+                                    BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, False,
+                                    False, BLOCK_D)
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
-                                stride_ks, stride_vs, 0, full, offs_m, diag, sk, qk_scale,
-                                BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, POLY_EXP,
-                                False, LAZY_RESCALE, BLOCK_D)
-    # the masked blocks: the causal diagonal inside Sk, then the one block that crosses Sk (if Sk is ragged)
-    ragged = sk // BLOCK_N * BLOCK_N  # >= full
-    if CAUSAL:
-        acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
-                                stride_ks, stride_vs, full, tl.minimum(end, ragged), offs_m, diag, sk, qk_scale,
-                                BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, False,
-                                False, BLOCK_D)
-    acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
-                            stride_ks, stride_vs, ragged, end, offs_m, diag, sk, qk_scale,
-                            BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, True, False,
-                            BLOCK_D)
+                                stride_ks, stride_vs, ragged, end, offs_m, diag, sk, qk_scale,
+                                BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, True, False,
+                                BLOCK_D)
 
+    if SINKS:  # the sink's logit joins each row's softmax denominator (a row that saw no key: exactly 0 out)
+        sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        m_new = tl.maximum(m_i, sink)
+        alpha = tl.math.exp2(m_i - m_new)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha + tl.math.exp2(sink - m_new)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows that saw no key: acc is 0, output 0
     out = acc / l_safe[:, None]
     o_ptrs = o_base + offs_m[:, None] * stride_os + offs_d[None, :]

@@ -110,6 +110,16 @@ def _key_limit(mt, total, SQ, GROUPS, CAUSAL: tl.constexpr, BLOCK_M: tl.constexp
 
 
 @triton.jit
+def _window_lo(lo, total, SQ, win_left, WINDOW: tl.constexpr):
+    """The first key any query of the call may see: past the left padding and, with a window, past the first
+    query's window start (rows further down see later keys only)."""
+    if WINDOW:
+        return tl.maximum(lo, total - SQ - win_left)
+    else:
+        return lo
+
+
+@triton.jit
 def _split_span(lo, limit, split_len):
     """[first, end) of the splits with keys: split s holds keys [max(lo, s·len), min(limit, (s+1)·len))."""
     first = lo // split_len
@@ -117,13 +127,24 @@ def _split_span(lo, limit, split_len):
 
 
 @triton.jit
-def _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL: tl.constexpr):
-    """One key block into the online softmax: keys `pos` (`ok`: inside this split), causal limit per row."""
+def _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL: tl.constexpr,
+          softcap_in, softcap_out, win_left, win_right, SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
+    """One key block into the online softmax: keys `pos` (`ok`: inside this split), `row_lim` each row's position
+    (its causal limit); `WINDOW` keeps [row_lim - win_left, row_lim + win_right], `SOFTCAP` caps the logits."""
     qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) fp32
     keep = ok[None, :]
     if CAUSAL:
         keep = keep & (pos[None, :] <= row_lim[:, None])
-    qk = tl.where(keep, qk * qk_scale, float("-inf"))
+    if WINDOW:
+        keep = keep & (pos[None, :] >= row_lim[:, None] - win_left) & (pos[None, :] <= row_lim[:, None] + win_right)
+    if SOFTCAP:  # cap·tanh(scale·qk / cap), base 2 (`_features.kernel_args`); tanh from exp2, as `_kernel._tanh`
+        x = qk * softcap_in
+        e = tl.math.exp2(tl.abs(x) * -2.8853900817779268)
+        t = (1.0 - e) / (1.0 + e)
+        qk = tl.where(x < 0, -t, t) * softcap_out
+    else:
+        qk = qk * qk_scale
+    qk = tl.where(keep, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet: exp2 gives 0, not NaN
     p = tl.math.exp2(qk - m_use[:, None])
@@ -147,9 +168,17 @@ def _cols_mask(rows_ok, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
 @triton.jit
 def _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ,
             stride_ob, stride_os, stride_oh, STORE_LSE: tl.constexpr, HEAD_DIM: tl.constexpr,
-            BLOCK_D: tl.constexpr):
-    """out = acc / l into `[B, Sq, Hq, D]`; LSE (natural log, `[B, Hq, Sq]`) = (m + log2 l)·ln 2, +inf when l = 0."""
+            BLOCK_D: tl.constexpr, Sinks, SINKS: tl.constexpr):
+    """out = acc / l into `[B, Sq, Hq, D]`; LSE (natural log, `[B, Hq, Sq]`) = (m + log2 l)·ln 2, +inf when l = 0.
+    `SINKS`: each head's sink logit joins l first (gpt-oss; `_features.py`)."""
     h = hk * GROUPS + g
+    if SINKS:
+        sink = tl.load(Sinks + h, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
+        m_new = tl.maximum(m_i, sink)
+        alpha = tl.math.exp2(m_i - m_new)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha + tl.math.exp2(sink - m_new)
+        m_i = m_new
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
     offs_d = tl.arange(0, BLOCK_D)
@@ -218,7 +247,7 @@ def _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M: t
 
 @triton.jit
 def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPad, Table, PartAcc, PartML, Counters,
-                seqlen_scalar, qk_scale,
+                seqlen_scalar, qk_scale, Sinks, softcap_in, softcap_out, win_left, win_right,
                 stride_qb, stride_qs, stride_qh,
                 stride_kcb, stride_kcs, stride_kch,
                 stride_vcb, stride_vcs, stride_vch,
@@ -230,7 +259,8 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                 CAUSAL: tl.constexpr, APPEND: tl.constexpr, HAS_SEQLENS: tl.constexpr,
                 HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr, SPLIT: tl.constexpr,
                 FUSED_REDUCE: tl.constexpr, STORE_LSE: tl.constexpr, BLOCK_D: tl.constexpr = 128,
-                PREFETCH: tl.constexpr = False):
+                PREFETCH: tl.constexpr = False, SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
+                SINKS: tl.constexpr = False):
     """grid = (num_splits, B * Hkv, cdiv(Sq * G, BLOCK_M)). q `[B, Sq, Hq, D]`, caches dense `[B_c, S_c, Hkv, D]` or
     paged `[blocks, PAGE_SIZE, Hkv, D]`, k/v new `[B, Snew, Hkv, D]`, out `[B, Sq, Hq, D]`; last dims contiguous."""
     s = tl.program_id(0)
@@ -244,6 +274,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
     else:
         cb = b
     old, total, lo = _lengths(Seqlens, LeftPad, b, seqlen_scalar, S_NEW, cap, HAS_SEQLENS, HAS_LEFTPAD, APPEND)
+    lo = _window_lo(lo, total, SQ, win_left, WINDOW)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)  # the head dim padded to a power of two (80, 96 -> 128)
 
@@ -288,7 +319,8 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
         pages = _tile_pages(Table, b, start + BLOCK_N, cache_hi, stride_bt, PAGE_SIZE, BLOCK_N)  # the next tile's
         k = tl.load(k_ptr[:, None] + offs_d[None, :], mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
         v = tl.load(v_ptr[:, None] + offs_d[None, :], mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
-        m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL)
+        m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL, softcap_in, softcap_out,
+                              win_left, win_right, SOFTCAP, WINDOW)
     if APPEND:  # this split's new keys, read from k/v (another CTA may be writing them into the cache right now)
         for start in tl.range(tl.maximum(k_lo, old), k_hi, BLOCK_N, num_stages=1):
             pos = start + offs_n
@@ -298,7 +330,8 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                         mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0).to(KCache.dtype.element_ty)
             v = tl.load(VNew + b.to(tl.int64) * stride_vnb + src * stride_vns + hk * stride_vnh + offs_d[None, :],
                         mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0).to(VCache.dtype.element_ty)
-            m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL)
+            m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL, softcap_in, softcap_out,
+                              win_left, win_right, SOFTCAP, WINDOW)
 
     if SPLIT:
         if k_lo < k_hi:  # an empty split stores nothing; the merge skips it
@@ -316,20 +349,21 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                 m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D,
                                                num_splits, PREFETCH)
                 _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
-                        STORE_LSE, HEAD_DIM, BLOCK_D)
+                        STORE_LSE, HEAD_DIM, BLOCK_D, Sinks, SINKS)
                 tl.atomic_xchg(Counters + tile, 0)
     else:
         _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
-                STORE_LSE, HEAD_DIM, BLOCK_D)
+                STORE_LSE, HEAD_DIM, BLOCK_D, Sinks, SINKS)
 
 
 @triton.jit
-def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, PartML, seqlen_scalar,
+def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, PartML, seqlen_scalar, Sinks, win_left,
                    stride_ob, stride_os, stride_oh,
                    HQ, HKV, GROUPS, SQ, S_NEW, cap, split_len, num_splits,
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, APPEND: tl.constexpr,
                    HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, STORE_LSE: tl.constexpr,
-                   BLOCK_D: tl.constexpr = 128, PREFETCH: tl.constexpr = False):
+                   BLOCK_D: tl.constexpr = 128, PREFETCH: tl.constexpr = False, WINDOW: tl.constexpr = False,
+                   SINKS: tl.constexpr = False):
     """The merge as its own launch (when `FUSED_REDUCE` is off): grid = (B * Hkv, M tiles)."""
     bk = tl.program_id(0)
     mt = tl.program_id(1)
@@ -337,10 +371,11 @@ def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, PartML, seqlen_scalar,
     hk = bk % HKV
     tile = bk * tl.num_programs(1) + mt
     old, total, lo = _lengths(Seqlens, LeftPad, b, seqlen_scalar, S_NEW, cap, HAS_SEQLENS, HAS_LEFTPAD, APPEND)
+    lo = _window_lo(lo, total, SQ, win_left, WINDOW)
     offs_m, qi, g, row_ok = _tile_rows(mt, SQ, GROUPS, BLOCK_M)
     limit = _key_limit(mt, total, SQ, GROUPS, CAUSAL, BLOCK_M)
     n_lo, n_hi = _split_span(lo, limit, split_len)
     m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D, num_splits,
                                    PREFETCH)
     _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
-            STORE_LSE, HEAD_DIM, BLOCK_D)
+            STORE_LSE, HEAD_DIM, BLOCK_D, Sinks, SINKS)

@@ -27,6 +27,7 @@ import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem, tma_layout
 from ._config import INTERPRETED, Config, block_d, default_config, gluon_preferred, gluon_shape_problem
+from ._features import PLAIN, Features, gluon_problem, kernel_args, parse_features
 from ._kernel import attention_fwd
 from ._splits import cdiv
 
@@ -51,12 +52,15 @@ def varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k) -> str | None:
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, softmax_scale: float | None = None,
-                     causal: bool = False, *, config: Config | None = None) -> torch.Tensor:
+                     causal: bool = False, *, config: Config | None = None, features: Features = PLAIN,
+                     s_aux: torch.Tensor | None = None) -> torch.Tensor:
     """The launch behind `flash_attn_varlen_func`, with an optional explicit `config` (either program).
-    q `[total_q, Hq, D]`, k/v `[total_k, Hkv, D]` -> out `[total_q, Hq, D]`."""
+    q `[total_q, Hq, D]`, k/v `[total_k, Hkv, D]` -> out `[total_q, Hq, D]`. `features` and the sinks `s_aux` as in
+    `attention` (the Triton program only)."""
     if problem := varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k):
         raise ValueError(f"flash-triton flash_attn_varlen_func: {problem}")
-    if config is not None and config.gluon and (why := gluon_varlen_unsupported(q, k, v, config)):
+    if config is not None and config.gluon and (
+            why := gluon_problem(features) or gluon_varlen_unsupported(q, k, v, config)):
         raise ValueError(f"flash-triton flash_attn_varlen_func: {config.label()}: {why}")
     max_seqlen_q = int(max_seqlen_q)
     if max_seqlen_q < 0:
@@ -68,7 +72,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if out.numel() == 0 or batch == 0 or max_seqlen_q == 0:
         return out
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
-    cfg = config or _default_varlen_config(q, k, v, bool(causal))
+    cfg = config or (default_config(d, q.device) if features.any else _default_varlen_config(q, k, v, bool(causal)))
     if cfg.gluon:
         _launch_gluon_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, scale, bool(causal), cfg)
         return out
@@ -92,8 +96,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         0, k.stride(0), k.stride(1),
         0, v.stride(0), v.stride(1),
         0, out.stride(0), out.stride(1),
-        hq, hq // hkv, max_seqlen_q, 0, cu_seqlens_q, cu_seqlens_k,
-        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=use_tma,
+        hq, hq // hkv, max_seqlen_q, 0, cu_seqlens_q, cu_seqlens_k, s_aux, *kernel_args(features, scale),
+        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=use_tma, **features.meta(),
         WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
         LAZY_RESCALE=cfg.lazy_rescale, VARLEN=True, BLOCK_D=block_d(d),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -160,10 +164,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     q `[total_q, Hq, D]`, k/v `[total_k, Hkv, D]` (Hq a multiple of Hkv), `cu_seqlens_q`/`cu_seqlens_k` `[B + 1]`
     int32 cumulative lengths, `max_seqlen_q` an int >= the longest query sequence (`max_seqlen_k` is accepted and
     not needed). Returns out `[total_q, Hq, D]`. Causal is bottom-right aligned per sequence. `deterministic` is
-    accepted (the forward always is); dropout, windows, softcap, ALiBi, sinks, probabilities and a paged
-    `block_table` raise ValueError.
+    accepted (the forward always is); `softcap`, `window_size` and `s_aux` as flash-attn computes them
+    (`_features.py`); dropout, ALiBi, probabilities and a paged `block_table` raise ValueError.
     """
-    refuse_unsupported("flash_attn_varlen_func", dropout_p=dropout_p, window_size=window_size, softcap=softcap,
-                       alibi_slopes=alibi_slopes, s_aux=s_aux, return_attn_probs=return_attn_probs,
-                       block_table=block_table)
-    return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal)
+    refuse_unsupported("flash_attn_varlen_func", dropout_p=dropout_p, alibi_slopes=alibi_slopes,
+                       return_attn_probs=return_attn_probs, block_table=block_table)
+    f = parse_features("flash_attn_varlen_func", q, softcap, window_size, s_aux)
+    return varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, softmax_scale, causal, features=f,
+                            s_aux=s_aux)

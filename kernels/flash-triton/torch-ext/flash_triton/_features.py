@@ -1,0 +1,90 @@
+"""Model features of flash-attn's API that change the attention itself: logit soft-capping, a sliding window, sinks.
+
+Why: real model families need them. Gemma 2 caps its logits (`softcap`: cap·tanh(scale·q·kᵀ / cap)) and, like
+Mistral and Gemma 3, runs some layers on a sliding window; gpt-oss adds a learned per-head "sink" logit to every
+softmax denominator (`s_aux`). transformers hands them to a flash-attn kernel as `softcap`, `window_size` and
+`s_aux`, and a kernel that refuses them cannot serve those models.
+
+Semantics are flash-attn's (`flash_attn_interface.py`): `window_size=(left, right)`, -1 for an unbounded side, keeps
+key j for query i when i' - left <= j <= i' + right, with i' = i + Sk - Sq the query's position (bottom-right, as
+causal); causal and a window combine. `s_aux` is `[Hq]` (any float dtype), the sink's logit, unscaled: the row's
+probabilities are exp(s_ij) / (Σ_j exp(s_ij) + exp(s_aux[h])), so a row that sees no key is 0. The programs take
+them as constexpr switches (`SOFTCAP`, `WINDOW`, `SINKS`: the plain path compiles exactly as before) and runtime
+values (`kernel_args`).
+
+Which programs take them: the Triton prefill program (dense and varlen) and the split-KV decode program (dense and
+paged caches). The Gluon programs do not; a call with a feature runs the Triton program, and an explicit Gluon
+config with a feature is refused with that reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+_UNBOUNDED = 1 << 30  # a window side past every key: -1 in flash-attn's API
+_LOG2E = math.log2(math.e)
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a call asks beyond plain attention (the sinks tensor itself travels with the call)."""
+
+    softcap: float = 0.0
+    window: tuple[int, int] = (-1, -1)
+    sinks: bool = False
+
+    @property
+    def any(self) -> bool:
+        return self.softcap > 0 or self.window != (-1, -1) or self.sinks
+
+    def meta(self) -> dict:
+        """The programs' constexpr switches."""
+        return dict(SOFTCAP=self.softcap > 0, WINDOW=self.window != (-1, -1), SINKS=self.sinks)
+
+    def label(self) -> str:
+        bits = [f"softcap {self.softcap:g}"] if self.softcap > 0 else []
+        bits += [f"window {self.window}"] if self.window != (-1, -1) else []
+        return ", ".join(bits + (["sinks"] if self.sinks else [])) or "none"
+
+
+PLAIN = Features()
+
+
+def parse_features(entry: str, q: torch.Tensor, softcap=0.0, window_size=(-1, -1), s_aux=None) -> Features:
+    """The call's `Features`, or ValueError naming the argument that is malformed."""
+    def bad(arg: str, why: str) -> ValueError:
+        return ValueError(f"flash-triton {entry}: {arg} {why}")
+
+    cap = 0.0 if softcap is None else softcap
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap < 0:
+        raise bad(f"softcap={softcap!r}", "must be a finite number >= 0 (0 means none)")
+    window = (-1, -1) if window_size is None else tuple(window_size)
+    if len(window) != 2 or not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window):
+        raise bad(f"window_size={window_size!r}", "must be two ints >= -1 (left, right; -1 means unbounded)")
+    if s_aux is not None:
+        hq = q.shape[-2] if isinstance(q, torch.Tensor) and q.dim() >= 2 else "Hq"
+        if not isinstance(s_aux, torch.Tensor) or not s_aux.is_floating_point():
+            raise bad("s_aux", f"must be a float tensor of the {hq} query heads' sink logits")
+        if s_aux.dim() != 1 or s_aux.shape[0] != hq:
+            raise bad("s_aux", f"must be [Hq] = [{hq}], got shape {tuple(s_aux.shape)}")
+        if s_aux.device != q.device:
+            raise bad("s_aux", f"is on {s_aux.device}, q on {q.device}")
+        if s_aux.stride(0) != 1:
+            raise bad("s_aux", "must be contiguous")
+    return Features(float(cap), window, s_aux is not None)
+
+
+def kernel_args(f: Features, scale: float) -> tuple[float, float, int, int]:
+    """(softcap_in, softcap_out, win_left, win_right) for the programs: logits = tanh(qk·softcap_in)·softcap_out in
+    base 2 (log2(e) folded in), window sides with -1 as a bound past every key."""
+    cap_in, cap_out = (scale / f.softcap, f.softcap * _LOG2E) if f.softcap > 0 else (1.0, 1.0)
+    left, right = (_UNBOUNDED if w < 0 else w for w in f.window)
+    return cap_in, cap_out, left, right
+
+
+def gluon_problem(f: Features) -> str | None:
+    """Why the Gluon programs cannot take these features (None: plain attention)."""
+    return f"the Gluon programs compute plain attention only (asked for {f.label()})" if f.any else None

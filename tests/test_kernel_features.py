@@ -1,0 +1,198 @@
+"""flash-triton's model features (softcap, sliding window, sinks) against an fp64 oracle, through Triton's interpreter.
+
+Gemma 2 caps its logits and slides a window over some layers, Mistral slides one, gpt-oss adds a per-head sink logit
+to every softmax denominator; transformers hands them to a flash-attn kernel as `softcap`, `window_size` and `s_aux`.
+The child (this file run with TRITON_INTERPRET=1) calls all three entry points with them (dense prefill, packed
+varlen, decode over dense and paged caches with several splits) and measures the error against `oracle` below in
+fp64; the rule is the usual one: error <= 2 x the same computation in fp16 by plain PyTorch. Scores are made large
+(q scaled up) so the cap really bends them, windows cut inside every sequence, and sinks are large enough to take a
+visible share of each row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REPO = ROOT / "kernels" / "flash-triton"
+FEATURES = {  # name -> (causal, softcap, window_size, sinks)
+    "softcap": (True, 20.0, (-1, -1), False),
+    "window-causal": (True, 0.0, (17, 0), False),
+    "window-both-sides": (False, 0.0, (9, 5), False),
+    "sinks": (True, 0.0, (-1, -1), True),
+    "all": (True, 30.0, (23, 0), True),
+}
+
+
+def oracle(q, k, v, causal: bool, scale: float, softcap: float, window, sinks, dtype):
+    """q `[Sq, Hq, D]`, k/v `[Sk, Hkv, D]` -> `[Sq, Hq, D]` in `dtype`: flash-attn's semantics spelled out (scale,
+    cap·tanh(s / cap), bottom-right causal and window, the sink's logit in the denominator, 0 for a row with no key)."""
+    import torch
+
+    g = q.shape[1] // k.shape[1]
+    qd, kd, vd = (t.to(dtype) for t in (q, k, v))
+    s = torch.einsum("qhd,khd->hqk", qd, kd.repeat_interleave(g, 1)) * scale  # [H, Sq, Sk]
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    sq, sk = q.shape[0], k.shape[0]
+    pos = torch.arange(sq)[:, None] + sk - sq  # each query's position
+    j = torch.arange(sk)[None, :]
+    keep = torch.ones(sq, sk, dtype=torch.bool)
+    if causal:
+        keep &= j <= pos
+    if window[0] >= 0:
+        keep &= j >= pos - window[0]
+    if window[1] >= 0:
+        keep &= j <= pos + window[1]
+    s = s.masked_fill(~keep, float("-inf"))
+    if sinks is not None:
+        sink = sinks.to(dtype)[:, None, None].expand(s.shape[0], sq, 1)
+        p = torch.softmax(torch.cat([s, sink], -1), -1)[..., :-1]
+    else:
+        p = torch.softmax(s, -1).nan_to_num(0.0)  # a row with no key: 0
+    return torch.einsum("hqk,khd->qhd", p, vd.repeat_interleave(g, 1))
+
+
+class Errors:
+    """||kernel - fp64||, ||fp16 PyTorch - fp64|| and ||fp64||, summed over the sequences of one case."""
+
+    def __init__(self):
+        self.err = self.eager = self.norm = 0.0
+        self.finite = True
+
+    def add(self, out, q, k, v, causal, scale, softcap, window, sinks):
+        import torch
+
+        ref = oracle(q, k, v, causal, scale, softcap, window, sinks, torch.float64)
+        eager = oracle(q, k, v, causal, scale, softcap, window, sinks, torch.float32).half().double()
+        got = out.double()
+        self.finite &= bool(got.isfinite().all())
+        self.err += (got.nan_to_num(nan=math.inf) - ref).norm().item() ** 2
+        self.eager += (eager - ref).norm().item() ** 2
+        self.norm += ref.norm().item() ** 2
+
+    def result(self) -> dict:
+        n = max(self.norm, 1e-60) ** 0.5
+        return {"err": self.err ** 0.5 / n, "eager": self.eager ** 0.5 / n, "finite": self.finite}
+
+
+def _child() -> dict:
+    import torch
+
+    from attnprof.variants import kernel_hub
+
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).half()
+
+    hq, hkv, d = 4, 2, 64
+    scale = d ** -0.5
+    out: dict = {"interpreted": bool(mod.INTERPRETED)}
+    for name, (causal, cap, window, with_sinks) in FEATURES.items():
+        sinks = (torch.randn(hq, generator=gen) * 2 + 9).float() if with_sinks else None
+        kw = dict(softcap=cap, window_size=window, s_aux=sinks)
+        # dense prefill, Sq < Sk (bottom-right) and a ragged Sk: flash_attn_func
+        q, k, v = rand(2, 37, hq, d, scale=4.0), rand(2, 100, hkv, d), rand(2, 100, hkv, d)
+        got = mod.flash_attn_func(q, k, v, causal=causal, **kw)
+        e = Errors()
+        for i in range(2):
+            e.add(got[i], q[i], k[i], v[i], causal, scale, cap, window, sinks)
+        out[f"dense/{name}"] = e.result()
+        # packed sequences of 50, 0 and 77 tokens: flash_attn_varlen_func
+        lengths = [50, 0, 77]
+        cu = torch.tensor([0, 50, 50, 127], dtype=torch.int32)
+        q, k, v = rand(127, hq, d, scale=4.0), rand(127, hkv, d), rand(127, hkv, d)
+        got = mod.flash_attn_varlen_func(q, k, v, cu, cu, max(lengths), max(lengths), causal=causal, **kw)
+        e = Errors()
+        for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+            if b > a:
+                e.add(got[a:b], q[a:b], k[a:b], v[a:b], causal, scale, cap, window, sinks)
+        out[f"varlen/{name}"] = e.result()
+        # decode (Sq 1) and a 3-token append over a dense cache, 7 splits of 16 keys; and a paged cache
+        for sq in (1, 3):
+            b, cap_len = 3, 112
+            kc, vc = rand(b, cap_len, hkv, d), rand(b, cap_len, hkv, d)
+            q, kn, vn = rand(b, sq, hq, d, scale=4.0), rand(b, sq, hkv, d), rand(b, sq, hkv, d)
+            lens = torch.tensor([60, 0, 101], dtype=torch.int32)
+            cfg = mod.DecodeConfig(block_n=16, num_splits=7)
+            kc1, vc1 = kc.clone(), vc.clone()
+            got = mod.kvcache_attention(q, kc1, vc1, kn, vn, cache_seqlens=lens, causal=causal, config=cfg, **kw)
+            e = Errors()
+            for i, n in enumerate(lens.tolist()):
+                e.add(got[i], q[i], kc1[i, :n + sq], vc1[i, :n + sq], causal, scale, cap, window, sinks)
+            out[f"kvcache-sq{sq}/{name}"] = e.result()
+        page = 16
+        table = torch.randperm(24, generator=gen)[:21].view(3, 7).to(torch.int32)
+        pk, pv = rand(24, page, hkv, d), rand(24, page, hkv, d)
+        q = rand(3, 1, hq, d, scale=4.0)
+        lens = torch.tensor([45, 112, 3], dtype=torch.int32)
+        got = mod.flash_attn_with_kvcache(q, pk, pv, cache_seqlens=lens, block_table=table, causal=causal,
+                                          num_splits=3, **kw)
+        e = Errors()
+        for i, n in enumerate(lens.tolist()):
+            rows_k = pk[table[i].long()].flatten(0, 1)[:n]
+            rows_v = pv[table[i].long()].flatten(0, 1)[:n]
+            e.add(got[i], q[i], rows_k, rows_v, causal, scale, cap, window, sinks)
+        out[f"paged/{name}"] = e.result()
+
+    # the plain path is untouched by a feature that is off: the same call with the defaults spelled out
+    q, k, v = rand(1, 64, hq, d), rand(1, 64, hkv, d), rand(1, 64, hkv, d)
+    out["defaults_bitwise"] = bool(torch.equal(mod.flash_attn_func(q, k, v, causal=True),
+                                               mod.flash_attn_func(q, k, v, causal=True, softcap=0.0,
+                                                                   window_size=(-1, -1), s_aux=None)))
+    refusals = {}
+    for arg, kw in (("window_size", dict(window_size=(3,))), ("window_size", dict(window_size=(-2, 0))),
+                    ("softcap", dict(softcap=-1.0)), ("s_aux", dict(s_aux=torch.zeros(hq + 1))),
+                    ("s_aux", dict(s_aux=torch.zeros(hq, dtype=torch.int32)))):
+        try:
+            mod.flash_attn_func(q, k, v, causal=True, **kw)
+            refusals[str(kw)] = None
+        except ValueError as err:
+            refusals[str(kw)] = (arg, str(err))
+    out["refusals"] = refusals
+    return out
+
+
+@pytest.fixture(scope="module")
+def interp() -> dict:
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_child_ran_the_interpreter(interp):
+    assert interp["interpreted"]
+
+
+@pytest.mark.parametrize("entry", ["dense", "varlen", "kvcache-sq1", "kvcache-sq3", "paged"])
+@pytest.mark.parametrize("feature", list(FEATURES))
+def test_feature_matches_the_fp64_oracle(interp, entry, feature):
+    r = interp[f"{entry}/{feature}"]
+    assert r["finite"] and r["err"] <= 2 * r["eager"], f"kernel {r['err']:.3g} > 2 x fp16 PyTorch {r['eager']:.3g}"
+
+
+def test_features_off_leave_the_plain_path_bit_for_bit(interp):
+    assert interp["defaults_bitwise"]
+
+
+def test_malformed_features_are_refused_by_name(interp):
+    for kw, got in interp["refusals"].items():
+        assert got is not None, f"{kw} was accepted"
+        arg, message = got
+        assert arg in message and "flash-triton flash_attn_func" in message, message
+
+
+if __name__ == "__main__":
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run the child with TRITON_INTERPRET=1"
+    print(json.dumps(_child()))
