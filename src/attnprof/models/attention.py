@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from attnprof.errors import UsageError
+from attnprof.models.kernel_cache import _CACHE_MODULES, kernel_over_cache, register_cache_kernel  # noqa: F401
 from attnprof.variants.base import Variant, check_output
 from attnprof.workload import DTYPES, Inputs, Workload
 
@@ -39,6 +40,14 @@ PINNED = ("flash", "efficient", "cudnn", "math")
 KNOWN = ("eager", "sdpa", *(f"sdpa-{b}" for b in PINNED), "flex_attention", "kernel")
 ALIASES = {"flex": "flex_attention"}
 _NOT_TAKEN = ("sliding_window", "softcap", "s_aux")  # attention features a `Variant` call cannot express
+# ... except the `kernel` variant's, whose repo says it computes them (`MODEL_FEATURES`, flash-attn's argument names)
+_FLASH_NAMES = {"softcap": "softcap", "sliding_window": "window_size", "s_aux": "s_aux"}
+TAKES: dict[str, tuple[str, ...]] = {}  # attn_implementation -> the features of `_NOT_TAKEN` its adapter passes on
+
+
+def takes(attn_implementation: str) -> tuple[str, ...]:
+    """The model features (`_NOT_TAKEN` names) the registered implementation computes; () for every other one."""
+    return TAKES.get(attn_implementation, ())
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,8 @@ def register_variant(variant: Variant) -> str:
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     cache_kernel = _cache_kernel(variant)  # loaded and registered here, outside any compiled region
+    repo_takes = set(getattr(cache_kernel, "MODEL_FEATURES", ()))
+    taken = tuple(f for f in _NOT_TAKEN if _FLASH_NAMES[f] in repo_takes)
     refusals: dict[tuple, str | None] = {}  # one supports() per distinct call envelope, not per layer and step
 
     @torch.compiler.assume_constant_result  # under torch.compile: decided while tracing, no Workload in the graph
@@ -131,8 +142,9 @@ def register_variant(variant: Variant) -> str:
     def forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                 is_causal: bool | None = None, **kwargs):
         # query [B, Hq, Sq, D], key/value [B, Hkv, Sk, D]; attention_mask bool [B, 1, Sq, Sk] or None
-        for feature in _NOT_TAKEN:
-            if kwargs.get(feature) is not None:
+        asked = {f: kwargs[f] for f in _NOT_TAKEN if kwargs.get(f) is not None}
+        for feature in asked:
+            if feature not in taken:
                 raise ValueError(f"{variant.name}: {feature} is not supported by an attnprof variant")
         if dropout and module.training:
             raise ValueError(f"{variant.name}: dropout is not supported (forward-only inference)")
@@ -154,10 +166,19 @@ def register_variant(variant: Variant) -> str:
         reason = refusal(envelope)
         if reason is not None:
             raise ValueError(reason)
+        window = int(asked["sliding_window"]) - 1 if "sliding_window" in asked else -1  # keys i - w < j <= i
         if cache is not None:
-            out = kernel_over_cache(cache, variant.name, query, key, value, attention_mask, scale)
+            out = kernel_over_cache(cache, variant.name, query, key, value, attention_mask, scale,
+                                    softcap=asked.get("softcap") or 0.0, window_left=window, s_aux=asked.get("s_aux"))
             check_output(variant.name, out.transpose(1, 2), query, " inside the model")
             return out, None
+        if asked:  # no mask: the kernel repo's own flash_attn_func takes the features (the Variant call has no place)
+            out = cache_kernel.flash_attn_func(
+                *(t.transpose(1, 2) for t in (query, key, value)), softmax_scale=scale, causal=causal,
+                softcap=asked.get("softcap") or 0.0, window_size=(window, window) if window >= 0 else (-1, -1),
+                s_aux=asked.get("s_aux"))  # [B, Sq, Hq, D] from [B, S, H, D] views, as transformers' flash path
+            check_output(variant.name, out.transpose(1, 2), query, " inside the model")
+            return out.contiguous(), None
         valid = attention_mask if attention_mask is not None and attention_mask.dtype == torch.bool else None
         out = variant.fn(Inputs(query, key, value, causal=causal, scale=scale, attn_mask=attention_mask, valid=valid))
         check_output(variant.name, out, query, " inside the model")
@@ -166,6 +187,7 @@ def register_variant(variant: Variant) -> str:
     name = attn_name(variant)
     AttentionInterface.register(name, forward)
     AttentionMaskInterface.register(name, sdpa_mask)
+    TAKES[name] = taken
     return name
 
 
@@ -181,87 +203,6 @@ def _cache_kernel(variant: Variant):
         return None
     register_cache_kernel(module)
     return module
-
-
-def kernel_over_cache(module, name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """Attention over a preallocated KV cache (transformers' static cache hands every layer the whole cache and a bool
-    mask) through `flash_attn_with_kvcache`: each sequence's valid keys are one range [leftpad, seqlen), read from
-    the last query's mask row with tensor ops only (no host sync: CUDA-graph capturable); the queries are the last
-    Sq positions, causal bottom-right. Returns `[B, Sq, Hq, D]`.
-
-    The whole mask must be that form (left padding is; a hole or a per-query pattern is not). In eager calls it is
-    checked first and a mask that is not refused with a ValueError. Inside a compiled graph nothing can be raised
-    from a value on the device (a CUDA graph replays without the host), so the same check runs on the device and the
-    rows of a sequence whose mask is not one range come out NaN: never a silent wrong answer, and the serve loops'
-    finiteness checks turn it into an error row. Any batch size compiles to one graph. (A compiled batch > 1 used to
-    raise here: a graph break in every layer, then the cache update recompiled per layer past dynamo's limit and the
-    step ran unfused, 0.25x SDPA at batch 16 on the H200; issue 30.)"""
-    b, _, sq, _ = query.shape
-    if mask.shape[1] != 1:
-        raise ValueError(f"{name}: a per-head mask is not a KV-cache range")
-    leftpad, seqlen, bad = cache_ranges(mask[:, 0], sq)
-    if not torch.compiler.is_compiling() and bool(bad.any()):
-        raise ValueError(f"{name}: this mask is not one causal key range per sequence (a KV cache with left "
-                         "padding); flash_attn_with_kvcache cannot express it (try sdpa)")
-    q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views; the kernel takes strides
-    out = _kvcache_call(module, q, k, v, seqlen, leftpad, scale)  # [B, Sq, Hq, D]
-    if torch.compiler.is_compiling():
-        out = torch.where(bad[:, None, None, None], torch.full_like(out, float("nan")), out)
-    return out
-
-
-def cache_ranges(mask: torch.Tensor, sq: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The key range [leftpad, seqlen) of each sequence from a bool mask `[B, Sq, Sk]` over a KV cache (int32 `[B]`
-    each), and `[B]` bool: True where the mask is not that range, causal bottom-right for the last Sq queries."""
-    sk = mask.shape[-1]
-    row = mask[:, -1, :]  # [B, Sk]: the last query sees [leftpad, seqlen)
-    pos = torch.arange(sk, device=mask.device)
-    # min / max of the visible positions, not argmax: inductor's split reduction of an argmax over a 32k-key cache at
-    # batch 1 failed an assertion on the H200 (decode30d.sh); an empty row gives leftpad Sk, seqlen 0 (no key)
-    leftpad = torch.where(row, pos, sk).amin(-1).to(torch.int32)
-    seqlen = torch.where(row, pos + 1, 0).amax(-1).to(torch.int32)
-    last = seqlen[:, None] - sq + torch.arange(sq, device=mask.device)[None, :]  # [B, Sq] query positions
-    expect = (pos >= leftpad[:, None, None]) & (pos <= last[:, :, None])  # [B, Sq, Sk]
-    bad = (expect != mask.expand_as(expect)).any(-1).any(-1)
-    return leftpad, seqlen, bad
-
-
-_CACHE_MODULES: list = []  # the kernel modules `_kvcache_op` calls, by index (a custom op takes no module object)
-
-
-def register_cache_kernel(module) -> int:
-    """Make `module.flash_attn_with_kvcache` callable through `attnprof::kvcache_attention`; its index. Call it
-    outside torch.compile: a list appended inside a compiled region is only appended after the graph ran."""
-    if module not in _CACHE_MODULES:
-        _CACHE_MODULES.append(module)
-    return _CACHE_MODULES.index(module)
-
-
-def _kvcache_call(module, q, k, v, seqlen, leftpad, scale):
-    """`module.flash_attn_with_kvcache` as one opaque op of torch.compile's graph (`attnprof::kvcache_attention`):
-    dynamo does not trace into the kernel's launcher, so there is no graph break per layer and inductor's CUDA graph
-    takes the launches with the rest of the step. (Traced through, the launcher failed to compile in inductor on the
-    H200; disabled, it broke the graph at every layer: 21.0 ms/token.)"""
-    try:
-        index = _CACHE_MODULES.index(module)
-    except ValueError:
-        raise RuntimeError("kernel_over_cache: register_cache_kernel(module) first, outside torch.compile") from None
-    return _kvcache_op(q, k, v, seqlen, leftpad, float(scale), index)
-
-
-@torch.library.custom_op("attnprof::kvcache_attention", mutates_args=())
-def _kvcache_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlen: torch.Tensor, leftpad: torch.Tensor,
-                scale: float, module: int) -> torch.Tensor:
-    out = _CACHE_MODULES[module].flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlen, cache_leftpad=leftpad,
-                                                         softmax_scale=scale, causal=True)
-    out = out[0] if isinstance(out, tuple) else out
-    return out.contiguous()  # fresh from the kernel; contiguous as the fake below says
-
-
-@_kvcache_op.register_fake
-def _(q, k, v, seqlen, leftpad, scale, module):
-    return q.new_empty(q.shape)  # [B, Sq, Hq, D], contiguous
 
 
 _DTYPE_NAMES = {str(v): k for k, v in DTYPES.items()}  # "torch.float16" -> "fp16": the envelope carries str(dtype)

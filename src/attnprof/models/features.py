@@ -12,7 +12,9 @@ Two kinds of "no", both a `rejected` row with the reason, never a traceback and 
   modeling code passes them: `attn_logit_softcapping`; `sliding_window` on the layers `layer_types` marks
   "sliding_attention" (every layer when the config has no `layer_types`, as Mistral and Phi-3); the learned sinks of
   the families whose attention passes `s_aux`. `refuse_not_taken(impls, config)` refuses the variant-backed
-  implementations (the kernel, `package.module:function`) up front instead of a ValueError mid-forward.
+  implementations (the kernel, `package.module:function`) up front instead of a ValueError mid-forward, except for
+  the features their adapter passes on (`models.attention.takes`: the kernel whose repo lists them in
+  `MODEL_FEATURES`, as flash-triton does, gets softcap, sliding windows and sinks).
 """
 
 from __future__ import annotations
@@ -152,15 +154,18 @@ def not_taken(config) -> dict[str, str]:
 def refuse_not_taken(impls: list, config) -> list:
     """`impls` (`models.attention.AttentionImpl`) with each variant-backed one (the kernel, user functions: registered
     as "attnprof_…") refused when the model asks for an argument a variant cannot take."""
+    from attnprof.models.attention import takes
+
     asks = not_taken(config)
     if not asks:
         return impls
-    why = "; ".join(asks.values())
     out = []
     for impl in impls:
         variant_backed = impl.name == "kernel" or ":" in impl.name
-        if variant_backed and impl.rejected is None:
+        missing = {k: v for k, v in asks.items() if k not in takes(impl.attn_implementation)}
+        if variant_backed and impl.rejected is None and missing:
+            why = "; ".join(missing.values())
             impl = dataclasses.replace(impl, rejected=f"{impl.name}: this model's attention asks for {why}, and an "
-                                                      f"attnprof variant's call has no {'/'.join(asks)} argument")
+                                                      f"attnprof variant's call has no {'/'.join(missing)} argument")
         out.append(impl)
     return out

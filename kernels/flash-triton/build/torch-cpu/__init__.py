@@ -15,7 +15,9 @@ in `_gluon.py` on sm_90 for aligned causal shapes) for prefill, the split-KV dec
 
 Every input is checked before launch and refused with a ValueError that says why: fp16/bf16 only, head dim 64,
 80, 96, 128 or 256 (80 and 96 padded to 128 columns inside, Triton programs only), a contiguous head dim, consistent shapes, one device; flash-attn arguments this kernel does not implement
-(dropout, windows, softcap, ALiBi, rotary, sinks) are refused by name (`_checks.py`). On the CPU the kernels run
+(dropout, ALiBi, rotary) are refused by name (`_checks.py`). Logit soft-capping, sliding windows and attention sinks
+(`softcap`, `window_size`, `s_aux`) are computed as flash-attn computes them, on the Triton and decode programs
+(`_features.py`; the Gluon programs compute plain attention only). On the CPU the kernels run
 only under Triton's interpreter, which must be on (TRITON_INTERPRET=1) when this module is loaded, because
 `@triton.jit` decides then whether it compiles or interprets.
 """
@@ -47,7 +49,8 @@ from ._splits import DecodeConfig, cdiv, sm_count
 from ._varlen import flash_attn_varlen_func, gluon_varlen_unsupported, varlen_attention
 
 ACCEPTS_STRIDED = True  # any batch/seq/head strides with a contiguous head dim: callers may pass views, no copies
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
+MODEL_FEATURES = ("softcap", "window_size", "s_aux")  # flash-attn's arguments computed as flash-attn does (_features)
+__all__ = ["MODEL_FEATURES", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
            "kvcache_attention", "Config", "DecodeConfig", "default_config", "choose_config", "check_inputs",
            "gluon_unsupported", "gluon_varlen_unsupported", "tma_layout", "fast_launch_problem", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES",
            "INTERPRETED"]
