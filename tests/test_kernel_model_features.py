@@ -73,7 +73,7 @@ def _child() -> dict:
             bare = dict(fields, sliding_window=4096, attn_logit_softcapping=None)
             plain = build(torch.float64, "eager", ref, transformers.AutoConfig.for_model(**bare))
 
-            def rel(a):
+            def rel(a, want=want):
                 return ((a.double() - want).norm() / want.norm()).item()
 
             calls.clear()
