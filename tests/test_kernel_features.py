@@ -196,3 +196,41 @@ def test_malformed_features_are_refused_by_name(interp):
 if __name__ == "__main__":
     assert os.environ.get("TRITON_INTERPRET") == "1", "run the child with TRITON_INTERPRET=1"
     print(json.dumps(_child()))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("feature", list(FEATURES))
+def test_features_on_the_gpu_match_the_fp64_oracle(feature):
+    """The same cases compiled for the GPU in bf16 (dense, varlen, decode over a dense and a paged cache)."""
+    import torch
+
+    from attnprof.variants import kernel_hub
+
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
+    causal, cap, window, with_sinks = FEATURES[feature]
+    gen = torch.Generator().manual_seed(5)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to("cuda", torch.bfloat16)
+
+    hq, hkv, d = 8, 2, 128
+    sinks = (torch.randn(hq, generator=gen) * 2 + 9).cuda() if with_sinks else None
+    kw = dict(softcap=cap, window_size=window, s_aux=sinks)
+    q, k, v = rand(2, 300, hq, d, scale=4.0), rand(2, 1025, hkv, d), rand(2, 1025, hkv, d)
+    got = mod.flash_attn_func(q, k, v, causal=causal, **kw)
+    e = Errors()
+    for i in range(2):
+        e.add(got[i].cpu(), q[i].cpu(), k[i].cpu(), v[i].cpu(), causal, d ** -0.5, cap, window,
+              None if sinks is None else sinks.cpu())
+    r = e.result()
+    assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, r  # bf16: the fp16 baseline plus bf16's rounding
+    kc, vc = rand(3, 4096, hkv, d), rand(3, 4096, hkv, d)
+    lens = torch.tensor([3000, 1, 4096], dtype=torch.int32, device="cuda")
+    qd = rand(3, 1, hq, d, scale=4.0)
+    got = mod.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=lens, causal=causal, **kw)
+    e = Errors()
+    for i, n in enumerate(lens.tolist()):
+        e.add(got[i].cpu(), qd[i].cpu(), kc[i, :n].cpu(), vc[i, :n].cpu(), causal, d ** -0.5, cap, window,
+              None if sinks is None else sinks.cpu())
+    r = e.result()
+    assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, r
