@@ -236,7 +236,7 @@ def _child() -> dict:
     after_second = len(mod._PLANS)
     off = [torch.cat([t.new_zeros(1), t.flatten()])[1:].view(t.shape) for t in (q, k, v)]  # data_ptr % 16 == 2
     shifted = mod.attention(*off, inputs.scale, True, config=tma)
-    plans = {p[1].use_tma for key, p in mod._PLANS.items() if key[-2] == tma and p[0] == "triton"}
+    plans = {p[1].use_tma for key, p in mod._PLANS.items() if tma in key and p[0] == "triton"}  # key: _signature
     results["plan_cache"] = {"new_plans": [after_first - before, after_second - after_first, len(mod._PLANS) - after_second],
                              "repeat_equal": bool(torch.equal(first, second)), "tma_kinds": sorted(plans),
                              "offset_ptr": off[0].data_ptr() % 16,

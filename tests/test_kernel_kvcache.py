@@ -270,10 +270,10 @@ def _decode_args(b=2, s=32, hq=4, hkv=2, d=64):
 
 @pytest.mark.parametrize("change, words", [
     (dict(rotary_cos=torch.ones(4, 8), rotary_sin=torch.ones(4, 8)), "rotary_cos"),
-    (dict(window_size=(8, 0)), "window_size"),
-    (dict(softcap=5.0), "softcap"),
+    (dict(window_size=(8,)), "window_size=\\(8,\\) must be two ints"),
+    (dict(softcap=-5.0), "softcap=-5.0 must be a finite number"),
     (dict(alibi_slopes=torch.ones(4)), "alibi_slopes"),
-    (dict(s_aux=torch.ones(4)), "s_aux"),
+    (dict(s_aux=torch.ones(5)), "s_aux must be \\[Hq\\]"),
     (dict(k=torch.zeros(2, 1, 2, 64, dtype=torch.float16)), "both k and v"),
     (dict(k=torch.zeros(2, 1, 2, 64, dtype=torch.float16), v=torch.zeros(2, 1, 2, 64, dtype=torch.float16)),
      "without cache_seqlens"),

@@ -158,13 +158,13 @@ def _packed(total=10, hq=2, hkv=2, d=64, dtype=torch.float16):
 
 @pytest.mark.parametrize("change, words", [
     (dict(dropout_p=0.1), "dropout_p=0.1"),
-    (dict(window_size=(16, 0)), "window_size=(16, 0)"),
-    (dict(softcap=30.0), "softcap=30.0"),
+    (dict(window_size=(16, -3)), "window_size=(16, -3)"),
+    (dict(softcap=float("inf")), "softcap=inf"),
     (dict(alibi_slopes=torch.ones(2)), "alibi_slopes"),
     (dict(return_attn_probs=True), "return_attn_probs"),
     (dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), "block_table"),
-    (dict(s_aux=torch.zeros(2)), "s_aux"),
-], ids=["dropout", "window", "softcap", "alibi", "probs", "block-table", "sinks"])
+    (dict(s_aux=torch.zeros(3)), "s_aux"),
+], ids=["dropout", "bad-window", "bad-softcap", "alibi", "probs", "block-table", "bad-sinks"])
 def test_unsupported_arguments_are_refused_by_name(change, words):
     from kernels import get_local_kernel
 
