@@ -22,7 +22,7 @@ from ._checks import common_problem, device_problem, index_problem, refuse_unsup
 from ._config import block_d
 from ._decode import kvcache_fwd, kvcache_reduce
 from ._features import PLAIN, Features, kernel_args, parse_features
-from ._launch import Launcher
+from ._launch import launcher
 from ._splits import DEFAULT, DecodeConfig, counters, plan
 
 
@@ -91,8 +91,6 @@ class _Call:
 
 _CALLS: dict[tuple, _Call] = {}
 _MAX_CALLS = 4096
-_FWD = Launcher(kvcache_fwd)
-_REDUCE = Launcher(kvcache_reduce)
 
 
 def _meta(t):
@@ -115,7 +113,7 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
     explicit `config`. Returns out `[B, Sq, Hq, D]`, and LSE `[B, Hq, Sq]` fp32 when asked.
 
     The checks and the plan run once per call signature (`_meta` of every tensor, the flags, the config) and are
-    remembered; a repeat call allocates its output and workspace and launches through `_launch.Launcher` (no Triton
+    remembered; a repeat call allocates its output and workspace and launches through `_launch.launcher` (no Triton
     binder): host time per call is the point at decode, where every layer of every step makes one. `softcap`,
     `window_size` and `s_aux` as flash-attn computes them (`_features.py`)."""
     key = (_meta(q), _meta(k_cache), _meta(v_cache), _meta(k), _meta(v), _meta(cache_seqlens),
@@ -148,14 +146,14 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
     scale = raw_scale * _LOG2E
     key_fwd = None if key is None else (key, _int_class(seqlen_scalar))
     cap_in, cap_out, win_left, win_right = kernel_args(call.features, raw_scale)
-    _FWD(key_fwd, call.fwd_grid,
-         (q, k_cache, v_cache, k, v, out, lse, seqlens, cache_batch_idx, cache_leftpad, block_table,
-          part_acc, part_ml, count, seqlen_scalar, scale, s_aux, cap_in, cap_out, win_left, win_right,
-          *call.fwd_tail), call.fwd_meta)
+    launcher(kvcache_fwd)(key_fwd, call.fwd_grid,
+                          (q, k_cache, v_cache, k, v, out, lse, seqlens, cache_batch_idx, cache_leftpad, block_table,
+                           part_acc, part_ml, count, seqlen_scalar, scale, s_aux, cap_in, cap_out, win_left,
+                           win_right, *call.fwd_tail), call.fwd_meta)
     if call.reduce_grid is not None:
-        _REDUCE(key_fwd, call.reduce_grid,
-                (out, lse, seqlens, cache_leftpad, part_acc, part_ml, seqlen_scalar, s_aux, win_left,
-                 *call.reduce_tail), call.reduce_meta)
+        launcher(kvcache_reduce)(key_fwd, call.reduce_grid,
+                                 (out, lse, seqlens, cache_leftpad, part_acc, part_ml, seqlen_scalar, s_aux, win_left,
+                                  *call.reduce_tail), call.reduce_meta)
     return (out, lse) if return_softmax_lse else out
 
 
@@ -215,7 +213,7 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
                  reduce_grid=(batch * hkv, p.m_tiles) if two_launch else None,
                  reduce_tail=(*out_strides, *heads),
                  reduce_meta=dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_D=width, PREFETCH=cfg.prefetch_merge, **flags,
-                                  WINDOW=f.meta()["WINDOW"], SINKS=f.sinks, num_warps=4),
+                                  WINDOW=fwd_meta["WINDOW"], SINKS=fwd_meta["SINKS"], num_warps=4),
                  features=f)
 
 
