@@ -166,7 +166,8 @@ def test_static_cache_decode_runs_under_compile_reduce_overhead(mod):
     inside the tree's warm-up, were an untracked allocation of its pool (RuntimeError); the ring is made fresh here."""
     import importlib
 
-    from attnprof.models.attention import kernel_over_cache, register_variant
+    from attnprof.models.attention import register_variant
+    from attnprof.models.kernel_cache import kernel_over_cache
 
     importlib.import_module(mod.__name__ + "._splits")._rings.clear()  # as in a fresh process
     register_variant(kernel_hub.kernel_variant())

@@ -116,13 +116,13 @@ def _child() -> dict:
     # raises on a graph break; aot_eager runs the op's fake on the way), give the eager call's answer, and take other
     # batch sizes and cache lengths without a recompile (dynamic shapes: no guard on B, Sk or the split count; batch 1
     # is left out because dynamo specializes every size-1 dimension, for any op)
-    from attnprof.models.attention import kernel_over_cache
+    from attnprof.models.kernel_cache import kernel_over_cache
 
     step = lambda *a: kernel_over_cache(module, "kernel", *a, 0.125)  # noqa: E731
     calls.clear()
-    import attnprof.models.attention as adapter
+    import attnprof.models.kernel_cache as cache_adapter
 
-    adapter._CACHE_MODULES.clear()  # as in a fresh process: the compiled call comes first (it did on the H200, where
+    cache_adapter._CACHE_MODULES.clear()  # as in a fresh process: the compiled call comes first (it did on the H200, where
     register_variant(kernel_hub.kernel_variant())  # the module list appended inside the graph was empty at its run)
     torch._dynamo.reset()
     dynamo_counters.clear()

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from attnprof.errors import UsageError
-from attnprof.models.kernel_cache import _CACHE_MODULES, kernel_over_cache, register_cache_kernel  # noqa: F401
+from attnprof.models.kernel_cache import kernel_over_cache, register_cache_kernel
 from attnprof.variants.base import Variant, check_output
 from attnprof.workload import DTYPES, Inputs, Workload
 
