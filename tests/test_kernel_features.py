@@ -159,6 +159,18 @@ def _child() -> dict:
         except ValueError as err:
             refusals[str(kw)] = (arg, str(err))
     out["refusals"] = refusals
+    # an explicit Gluon config: the one-warpgroup program computes no feature (refused for that, before any device
+    # check); the varlen program takes them (refused here only because the CPU has no Gluon)
+    gluon = {}
+    for name, varlen in (("one-warpgroup", False), ("varlen", True)):
+        cfg = mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=varlen,
+                         varlen=varlen)
+        try:
+            mod.attention(q, k, v, None, True, config=cfg, features=mod.parse_features("t", q, 5.0))
+            gluon[name] = None
+        except ValueError as err:
+            gluon[name] = str(err)
+    out["gluon_refusals"] = gluon
     return out
 
 
@@ -191,6 +203,13 @@ def test_malformed_features_are_refused_by_name(interp):
         assert got is not None, f"{kw} was accepted"
         arg, message = got
         assert arg in message and "flash-triton flash_attn_func" in message, message
+
+
+def test_an_explicit_gluon_config_takes_features_only_on_the_varlen_program(interp):
+    refused = interp["gluon_refusals"]
+    assert "only the warp-specialized varlen one computes model features" in refused["one-warpgroup"]
+    assert "softcap 5" in refused["one-warpgroup"]
+    assert "model features" not in refused["varlen"] and "CUDA GPU" in refused["varlen"], refused["varlen"]
 
 
 if __name__ == "__main__":
@@ -234,3 +253,55 @@ def test_features_on_the_gpu_match_the_fp64_oracle(feature):
               None if sinks is None else sinks.cpu())
     r = e.result()
     assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, r
+
+
+GLUON_FEATURES = dict(FEATURES, **{"window-wide": (True, 0.0, (300, 0), False)})  # a window over several blocks
+
+
+GLUON_CASES = [(f, 128) for f in GLUON_FEATURES] + [("all", 64), ("sinks", 64), ("all", 256), ("window-both-sides", 256)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("feature,d", GLUON_CASES, ids=[f"{f}-d{d}" for f, d in GLUON_CASES])
+def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d):
+    """The varlen Gluon program (the only Gluon one that takes the features; FLASH_TRITON_GLUON_FEATURES=1 makes it the
+    default) named explicitly: a dense call in both TMA layouts with ragged lengths (the shifted last key block), and
+    packed sequences, bf16, at gpt-oss's, Mistral's and Gemma 2's head dims."""
+    import torch
+
+    from attnprof.variants import kernel_hub
+
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon programs are sm_90 only")
+    causal, cap, window, with_sinks = GLUON_FEATURES[feature]
+    cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
+                     gluon=True, warp_specialize=True, varlen=True)
+    gen = torch.Generator().manual_seed(7)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to("cuda", torch.bfloat16)
+
+    hq, hkv = 8, 2
+    sinks = (torch.randn(hq, generator=gen) * 2 + 9).cuda() if with_sinks else None
+    f = mod.parse_features("test", rand(1, 1, hq, d), cap, window, sinks)
+    scale = d ** -0.5
+
+    def check(got, qs, ks, vs):
+        e = Errors()
+        for o, q1, k1, v1 in zip(got, qs, ks, vs):
+            e.add(o.cpu(), q1.cpu(), k1.cpu(), v1.cpu(), causal, scale, f.softcap, f.window,
+                  None if sinks is None else sinks.cpu())
+        r = e.result()
+        assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, r  # bf16: as the Triton program's cuda test
+
+    q, k, v = rand(2, 300, hq, d, scale=4.0), rand(2, 1025, hkv, d), rand(2, 1025, hkv, d)
+    check(mod.attention(q, k, v, scale, causal, config=cfg, features=f, s_aux=sinks), q, k, v)  # [B, S, H, D] rows
+    qh, kh, vh = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))  # views of [B, H, S, D]
+    check(mod.attention(qh, kh, vh, scale, causal, config=cfg, features=f, s_aux=sinks), q, k, v)
+    lq, lk = [300, 77, 513], [1025, 130, 700]  # packed: a sequence shorter than its queries' causal reach, ragged ends
+    qp, kp, vp = rand(sum(lq), hq, d, scale=4.0), rand(sum(lk), hkv, d), rand(sum(lk), hkv, d)
+    cu_q = torch.tensor([0, *torch.tensor(lq).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    got = mod.varlen_attention(qp, kp, vp, cu_q, cu_k, max(lq), scale, causal, config=cfg, features=f, s_aux=sinks)
+    check(got.split(lq), qp.split(lq), kp.split(lk), vp.split(lk))

@@ -131,15 +131,9 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma, features):
     assert kernel.metadata.shared <= SMEM_PER_SM
 
 
-@pytest.mark.parametrize("dense,heads_in_rows,d,valid", [(False, False, 128, 0), (False, True, 128, 0),
-                                                         (True, False, 128, 0), (True, True, 128, 0),
-                                                         (True, False, 256, 0), (True, True, 128, 80),
-                                                         (False, True, 128, 96)],
-                         ids=["packed-rows", "packed-heads", "dense-rows", "dense-heads", "dense-rows-d256",
-                              "dense-heads-d80", "packed-heads-d96"])
-def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows, d, valid):
-    """The packed program and its dense form (`flash_attn_func` with ragged lengths), each in both TMA layouts."""
-    gluon = pytest.importorskip("triton.experimental.gluon")  # noqa: F841
+def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, features: bool = False):
+    """The warp-specialized varlen Gluon program compiled for sm_90 as `_launch_gluon*` launches it; `features`:
+    softcap, window and sinks all on (`_features.py`)."""
     import sys
     import types
 
@@ -154,25 +148,61 @@ def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows,
     def desc(rows: int) -> str:
         return f"tensordesc<bf16[{rows}, {d}],{gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)!r}>"
 
-    block_n, stages = (128, 3) if d == 128 else (64, 2)  # head dim 256: 128x64 tiles, 2 stages (192 KiB)
+    block_n, stages = (64, 2) if d == 256 else (128, 3)  # head dim 256: 128x64 tiles, 2 stages (192 KiB)
     names = fn.arg_names
     sig = {n: "i32" for n in names}
     sig.update(desc_q=desc(64), desc_k=desc(block_n), desc_v=desc(block_n), O="*bf16", qk_scale="fp32",
                CuSeqQ="*i32", CuSeqK="*i32")
+    sig.update(softcap_in="fp32", Sinks="*fp32")
     const = dict(HEAD_DIM=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
                  HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid,  # valid 80/96: zero-padded 128-wide tiles
-                 JOINT_RELEASE=False)
+                 JOINT_RELEASE=False, SOFTCAP=features, WINDOW=features, SINKS=features)
+    if not features:
+        const["Sinks"] = None
     if dense:
         const.update(CuSeqQ=None, CuSeqK=None)  # not read: every sequence has SQ queries and SK keys
     sig.update({k: "constexpr" for k in const})
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("O", "stride_os", "CuSeqQ", "CuSeqK")
              if n not in const}
-    kernel = triton.compile(GluonASTSource(fn, sig, {(names.index(k),): v for k, v in const.items()}, attrs),
-                            target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
-    cubin = tmp_path / "k.cubin"
+    return triton.compile(GluonASTSource(fn, sig, {(names.index(k),): v for k, v in const.items()}, attrs),
+                          target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+
+def _sass(kernel, tmp: Path) -> str:
+    cubin = tmp / "k.cubin"
     cubin.write_bytes(kernel.asm["cubin"])
-    sass = subprocess.run([str(BIN / "nvdisasm"), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([str(BIN / "nvdisasm"), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("dense,heads_in_rows,d,valid", [(False, False, 128, 0), (False, True, 128, 0),
+                                                         (True, False, 128, 0), (True, True, 128, 0),
+                                                         (True, False, 256, 0), (True, True, 128, 80),
+                                                         (False, True, 128, 96)],
+                         ids=["packed-rows", "packed-heads", "dense-rows", "dense-heads", "dense-rows-d256",
+                              "dense-heads-d80", "packed-heads-d96"])
+def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows, d, valid):
+    """The packed program and its dense form (`flash_attn_func` with ragged lengths), each in both TMA layouts."""
+    pytest.importorskip("triton.experimental.gluon")
+    kernel = compile_gluon_varlen(dense, heads_in_rows, d, valid)
+    sass = _sass(kernel, tmp_path)
     regs, local = _usage(kernel, tmp_path)
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
     assert local == 0 and kernel.metadata.shared <= SMEM_PER_SM
+    assert "MUFU.TANH" not in sass  # the plain program has no soft-capping
+
+
+@pytest.mark.parametrize("dense,heads_in_rows,d", [(True, True, 128), (False, False, 128), (True, False, 256),
+                                                   (True, True, 64)],
+                         ids=["dense-heads", "packed-rows", "dense-rows-d256", "dense-heads-d64"])
+def test_varlen_gluon_program_with_model_features_keeps_the_schedule(tmp_path, dense, heads_in_rows, d):
+    """Softcap, sliding window and sinks on the varlen Gluon program (Gemma 2's head dim 256, gpt-oss's 64): the
+    softmax still runs under the second matmul, no spills, tanh on the special-function unit."""
+    pytest.importorskip("triton.experimental.gluon")
+    kernel = compile_gluon_varlen(dense, heads_in_rows, d, 0, features=True)
+    sass = _sass(kernel, tmp_path)
+    regs, local = _usage(kernel, tmp_path)
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
+    assert local == 0, f"register spills ({regs} registers, {local} bytes of local memory)"
+    assert kernel.metadata.shared <= SMEM_PER_SM
+    assert "MUFU.TANH" in sass
 

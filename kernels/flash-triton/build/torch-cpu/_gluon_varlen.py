@@ -15,6 +15,15 @@ the block before are masked), so no other sequence's keys or values enter: an in
 sequence as 0·inf. Only a sequence with fewer than BLOCK_N keys reads past its end (the next sequence's first
 rows, with probability exactly 0): finite values leave it exact, an inf or NaN would give NaN.
 `flash_attn_func` therefore sends dense calls here only with Sk >= BLOCK_N.
+
+Model features (`_features.py`, flash-attn's semantics), the only Gluon program that takes them, as constexpr
+switches (off: the plain program compiles as before):
+  - `SOFTCAP`: logits cap·tanh(scale·q·kᵀ / cap), tanh on the special-function unit (`tanh.approx.f32`, what
+    flash-attn's `cutlass::fast_tanh` runs); the host then passes qk_scale = cap·log2(e);
+  - `WINDOW`: key j kept for row i when i + diag - win_left <= j <= i + diag + win_right. A tile walks only the key
+    blocks its rows' windows reach (from block `first`); the window mask runs only on blocks that cross a window
+    edge for some row of the half;
+  - `SINKS`: exp(Sinks[h]) joins each row's softmax denominator (gpt-oss), after the last block.
 """
 
 from __future__ import annotations
@@ -47,6 +56,25 @@ def _masked_scores(s, j, full, offs_m, offs_n, diag, sk, CAUSAL: gl.constexpr, B
 
 
 @gluon.jit
+def _feature_scores(s, j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right,
+                    CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, HALF_M: gl.constexpr, SOFTCAP: gl.constexpr,
+                    WINDOW: gl.constexpr):
+    """Block j's scores for the rows m0 ... m0 + HALF_M - 1: soft-capped (`SOFTCAP`: tanh(qk·softcap_in), before any
+    -inf goes in), masked as `_masked_scores`, then (`WINDOW`) the window's edges on a block that crosses one."""
+    if SOFTCAP:
+        s = gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [s * softcap_in], dtype=gl.float32,
+                                      is_pure=True, pack=1)
+    s = _masked_scores(s, j, full, offs_m, offs_n, diag, sk, CAUSAL, BLOCK_N)
+    if WINDOW:
+        lo = j * BLOCK_N
+        # some key of the block lies before the last row's window or after the first row's
+        if (lo < m0 + HALF_M - 1 + diag - win_left) | (lo + BLOCK_N - 1 > m0 + diag + win_right):
+            rel = (key_block_start(j, sk, BLOCK_N) + offs_n)[None, :] - (offs_m[:, None] + diag)
+            s = gl.where((rel >= -win_left) & (rel <= win_right), s, float("-inf"))
+    return s
+
+
+@gluon.jit
 def _safe_softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr):
     m_i = gl.max(s, axis=1) * qk_scale
     m_use = gl.where(m_i == float("-inf"), 0.0, m_i)  # a row that sees no key yet: p = 0, not NaN
@@ -65,11 +93,13 @@ def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.
 
 @gluon.jit
 def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
-                     o_row, o_col, m0, sq, sk, n_blocks,
+                     o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left, win_right,
                      HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                     CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr, JOINT_RELEASE: gl.constexpr):
+                     CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr, JOINT_RELEASE: gl.constexpr,
+                     SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr):
     """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores; only
-    the first HEAD_DIM_VALID columns are stored (a head dim of 80 or 96 computed on zero-padded 128-wide tiles)."""
+    the first HEAD_DIM_VALID columns are stored (a head dim of 80 or 96 computed on zero-padded 128-wide tiles).
+    The walk's block i is key block `first` + i (stages and phases count i); the model features as the module says."""
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -92,7 +122,8 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
     s = warpgroup_mma_wait(0, deps=[s])
     if not JOINT_RELEASE:
         mbarrier.arrive(k_empty.index(0), count=1)  # this warpgroup is done with block 0's keys
-    s = _masked_scores(s, 0, full, offs_m, offs_n, diag, sk, CAUSAL, BLOCK_N)
+    s = _feature_scores(s, first, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right, CAUSAL,
+                        BLOCK_N, HALF_M, SOFTCAP, WINDOW)
     p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
@@ -106,7 +137,8 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
         if not JOINT_RELEASE:
             mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
-        s = _masked_scores(s, j, full, offs_m, offs_n, diag, sk, CAUSAL, BLOCK_N)
+        s = _feature_scores(s, first + j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right,
+                            CAUSAL, BLOCK_N, HALF_M, SOFTCAP, WINDOW)
         p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(prev), count=1)  # this warpgroup is done with block j-1's values
@@ -116,6 +148,12 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
     mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
+    if SINKS:  # the sink's logit (unscaled, natural units) joins the denominator; a row that saw no key stays 0
+        sink = gl.load(Sinks + h).to(gl.float32) * 1.4426950408889634
+        m_new = gl.maximum(m_i, sink)
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.exp2(sink - m_new)
+        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
     l_o = gl.convert_layout(l_i, rows_o)
     out = (acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]).to(dtype)
     rows = m0 + gl.arange(0, HALF_M, layout=rows_o)  # within the sequence
@@ -129,10 +167,13 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
 
 @gluon.jit
 def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, CuSeqQ, CuSeqK, SQ, SK,
+                                 Sinks, softcap_in, win_left, win_right,
                                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                                  DENSE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False,
-                                 HEAD_DIM_VALID: gl.constexpr = 0, JOINT_RELEASE: gl.constexpr = False):
+                                 HEAD_DIM_VALID: gl.constexpr = 0, JOINT_RELEASE: gl.constexpr = False,
+                                 SOFTCAP: gl.constexpr = False, WINDOW: gl.constexpr = False,
+                                 SINKS: gl.constexpr = False):
     """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
     desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
 
@@ -144,7 +185,9 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
     (what transformers' continuous batching passes), read as `[H*total, D]`; SQ and SK are then the packed totals of
     q and k rows (a head's first row); O is still `[total_q, H*D]` contiguous.
     `HEAD_DIM_VALID` (0: HEAD_DIM): the real head dim when HEAD_DIM is its power-of-two padding (80, 96 -> 128, views
-    `[B*H*S, D]` / `[H*total, D]` only: TMA zero-fills the columns past D, the store keeps the first D). `JOINT_RELEASE`: as in `attention_fwd_sm90_ws`."""
+    `[B*H*S, D]` / `[H*total, D]` only: TMA zero-fills the columns past D, the store keeps the first D). `JOINT_RELEASE`: as in `attention_fwd_sm90_ws`.
+    `SOFTCAP` (softcap_in = scale / cap, qk_scale = cap·log2(e)), `WINDOW` (win_left, win_right: a bound past every
+    key for an unbounded side), `SINKS` (Sinks `[H]`, any float dtype): the module docstring."""
     D_VALID: gl.constexpr = HEAD_DIM if HEAD_DIM_VALID == 0 else HEAD_DIM_VALID
     HALF_M: gl.constexpr = BLOCK_M // 2
     if CAUSAL:
@@ -194,17 +237,24 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
             end = gl.minimum(m0 + BLOCK_M + sk - sq, sk)
         else:
             end = sk
-        n_blocks = gl.maximum(gl.cdiv(end, BLOCK_N), 1)  # >= 1: a tile whose rows see no key still runs (zeros)
+        if WINDOW:  # the blocks from the first row's window start to the last row's window end
+            end = gl.minimum(end, gl.maximum(m0 + BLOCK_M + sk - sq + win_right, 0))
+            first = gl.maximum(m0 + sk - sq - win_left, 0) // BLOCK_N
+        else:
+            first = 0
+        n_blocks = gl.maximum(gl.cdiv(end, BLOCK_N) - first, 1)  # >= 1: a tile whose rows see no key runs (zeros)
         CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
         q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty = _ws_buffers(
             desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, JOINT_RELEASE)
         gl.warp_specialize([
             (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
-                                qk_scale, o_row, o_col, m0, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
-                                CAUSAL, D_VALID, JOINT_RELEASE)),
+                                qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left,
+                                win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE, SOFTCAP,
+                                WINDOW, SINKS)),
             (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
-                                qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, n_blocks, HEAD_DIM, HALF_M, BLOCK_N,
-                                STAGES, CAUSAL, D_VALID, JOINT_RELEASE)),
+                                qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h, softcap_in,
+                                win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE,
+                                SOFTCAP, WINDOW, SINKS)),
             (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
-                            q_row + m0, kv_row, q_col, kv_col, n_blocks, sk, HALF_M, BLOCK_N, STAGES)),
+                            q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])

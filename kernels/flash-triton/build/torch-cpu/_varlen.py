@@ -27,7 +27,7 @@ import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem, tma_layout
 from ._config import INTERPRETED, Config, block_d, default_config, gluon_preferred, gluon_shape_problem
-from ._features import PLAIN, Features, gluon_problem, kernel_args, parse_features
+from ._features import GLUON_BY_DEFAULT, PLAIN, Features, gluon_problem, kernel_args, parse_features
 from ._kernel import attention_fwd
 from ._splits import cdiv
 
@@ -56,11 +56,11 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      s_aux: torch.Tensor | None = None) -> torch.Tensor:
     """The launch behind `flash_attn_varlen_func`, with an optional explicit `config` (either program).
     q `[total_q, Hq, D]`, k/v `[total_k, Hkv, D]` -> out `[total_q, Hq, D]`. `features` and the sinks `s_aux` as in
-    `attention` (the Triton program only)."""
+    `attention` (the Triton program, or the Gluon one as `_features.py` says)."""
     if problem := varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k):
         raise ValueError(f"flash-triton flash_attn_varlen_func: {problem}")
     if config is not None and config.gluon and (
-            why := gluon_problem(features) or gluon_varlen_unsupported(q, k, v, config)):
+            why := gluon_problem(features, True) or gluon_varlen_unsupported(q, k, v, config)):
         raise ValueError(f"flash-triton flash_attn_varlen_func: {config.label()}: {why}")
     max_seqlen_q = int(max_seqlen_q)
     if max_seqlen_q < 0:
@@ -72,9 +72,15 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if out.numel() == 0 or batch == 0 or max_seqlen_q == 0:
         return out
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
-    cfg = config or (default_config(d, q.device) if features.any else _default_varlen_config(q, k, v, bool(causal)))
+    if config is not None:
+        cfg = config
+    elif features.any and not GLUON_BY_DEFAULT:
+        cfg = default_config(d, q.device)
+    else:
+        cfg = _default_varlen_config(q, k, v, bool(causal))
     if cfg.gluon:
-        _launch_gluon_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, scale, bool(causal), cfg)
+        _launch_gluon_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, scale, bool(causal), cfg,
+                             features, s_aux)
         return out
     # the Triton program's TMA reads the 2-D view [total, H*D] only; a padded head dim (80, 96): pointer loads
     use_tma = cfg.use_tma and _packed_layout(q, k, v) == "rows" and block_d(d) == d
@@ -139,7 +145,18 @@ def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
     return gluon_shape_problem(cfg, q.shape[-1], layout)
 
 
-def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, causal: bool, cfg: Config) -> None:
+def gluon_feature_args(f: Features, scale: float, s_aux) -> tuple[float, tuple]:
+    """The varlen Gluon program's qk_scale (cap·log2(e) under soft-capping: it caps the raw scores itself) and its
+    runtime feature arguments (Sinks, softcap_in, win_left, win_right)."""
+    cap_in, cap_out, win_left, win_right = kernel_args(f, scale)
+    return (cap_out if f.softcap > 0 else scale * _LOG2E), (s_aux, cap_in, win_left, win_right)
+
+
+_LOG2E = math.log2(math.e)
+
+
+def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, causal: bool, cfg: Config,
+                         f: Features = PLAIN, s_aux=None) -> None:
     from ._gluon import tma_desc
     from ._gluon_varlen import attention_fwd_sm90_ws_varlen
 
@@ -147,12 +164,14 @@ def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, c
     hq, hkv = q.shape[1], k.shape[1]
     heads = _packed_layout(q, k, v) == "heads"  # [H*total, D]; else [total, H*D]
     grid = (cdiv(max_seqlen_q, cfg.block_m), (cu_q.shape[0] - 1) * hq)  # 80, 96: zero-padded 128-wide tiles
+    qk_scale, features = gluon_feature_args(f, scale, s_aux)
     attention_fwd_sm90_ws_varlen[grid](
         tma_desc(q[None], cfg.block_m // 2, heads), tma_desc(k[None], cfg.block_n, heads),
         tma_desc(v[None], cfg.block_n, heads), out, out.stride(0),
-        scale * math.log2(math.e), hq, hq // hkv, cu_q, cu_k, q.shape[0], k.shape[0],
+        qk_scale, hq, hq // hkv, cu_q, cu_k, q.shape[0], k.shape[0], *features,
         HEAD_DIM=block_d(d), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
         num_warps=cfg.num_warps, HEADS_IN_ROWS=heads, HEAD_DIM_VALID=d, JOINT_RELEASE=cfg.joint_release,
+        **f.meta(),
     )
 
 

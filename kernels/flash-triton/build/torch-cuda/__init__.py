@@ -16,8 +16,8 @@ in `_gluon.py` on sm_90 for aligned causal shapes) for prefill, the split-KV dec
 Every input is checked before launch and refused with a ValueError that says why: fp16/bf16 only, head dim 64,
 80, 96, 128 or 256 (80 and 96 padded to 128 columns inside, Triton programs only), a contiguous head dim, consistent shapes, one device; flash-attn arguments this kernel does not implement
 (dropout, ALiBi, rotary) are refused by name (`_checks.py`). Logit soft-capping, sliding windows and attention sinks
-(`softcap`, `window_size`, `s_aux`) are computed as flash-attn computes them, on the Triton and decode programs
-(`_features.py`; the Gluon programs compute plain attention only). On the CPU the kernels run
+(`softcap`, `window_size`, `s_aux`) are computed as flash-attn computes them, on the Triton and decode programs and
+the varlen Gluon program (`_features.py` says which runs by default). On the CPU the kernels run
 only under Triton's interpreter, which must be on (TRITON_INTERPRET=1) when this module is loaded, because
 `@triton.jit` decides then whether it compiles or interprets.
 """
@@ -31,8 +31,10 @@ import torch
 import triton
 
 from ._checks import head_dim_problem, refuse_unsupported, tma_layout
-from ._features import PLAIN, Features, gluon_problem, kernel_args, parse_features
+from ._features import GLUON_BY_DEFAULT, PLAIN, Features, gluon_problem, kernel_args, parse_features
 from ._config import (
+    GLUON_WS_256_VARLEN,
+    GLUON_WS_VARLEN,
     INTERPRETED,
     SUPPORTED_DTYPES,
     SUPPORTED_HEAD_DIMS,
@@ -46,7 +48,7 @@ from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
 from ._launch import fast_launch_problem, launcher, rebase
 from ._splits import DecodeConfig, cdiv, sm_count
-from ._varlen import flash_attn_varlen_func, gluon_varlen_unsupported, varlen_attention
+from ._varlen import flash_attn_varlen_func, gluon_feature_args, gluon_varlen_unsupported, varlen_attention
 
 ACCEPTS_STRIDED = True  # any batch/seq/head strides with a contiguous head dim: callers may pass views, no copies
 MODEL_FEATURES = ("softcap", "window_size", "s_aux")  # flash-attn's arguments computed as flash-attn does (_features)
@@ -172,7 +174,7 @@ def _signature(q, k, v, causal, config, fp32_ok, f: Features = PLAIN, s_aux=None
 def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> tuple:
     """Check the inputs (ValueError with the reason) and decide the program: ("empty",), ("decode", cfg),
     ("bf16-interpreter", cfg), ("gluon", cfg, layout) or ("triton", cfg, layout). Model features (`_features.py`)
-    run on the Triton and decode programs only."""
+    run on the Triton and decode programs and the varlen Gluon program (`_feature_config`)."""
     reason = check_inputs(q, k, v, _fp32_ok=fp32_ok and INTERPRETED)
     if reason is not None:
         raise ValueError(f"flash-triton: {reason}")
@@ -180,11 +182,11 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
     if q.numel() == 0 or sk == 0:
         return ("empty",)
     if config is not None and isinstance(config, Config) and config.gluon and (
-            reason := gluon_problem(f) or gluon_unsupported(q, k, causal, config)):
+            reason := gluon_problem(f, config.varlen) or gluon_unsupported(q, k, causal, config)):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
-    if isinstance(cfg, Config) and cfg.gluon and f.any:
-        cfg = default_config(d, q.device)  # the Gluon programs compute plain attention only
+    if config is None and isinstance(cfg, Config) and cfg.gluon and f.any:
+        cfg = _feature_config(q, k, causal)
     layout = tma_layout(q, k, v)
     if isinstance(cfg, Config) and cfg.gluon and layout is None:  # v's layout: choose_config saw q, k
         if config is not None:
@@ -206,6 +208,17 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
     if cfg.use_tma and (layout is None or block_d(d) != d):
         cfg = dataclasses.replace(cfg, use_tma=False)  # other strides, or a padded head dim: pointer loads
     return ("triton", cfg, layout)
+
+
+def _feature_config(q, k, causal: bool) -> Config:
+    """The program of a call with model features whose plain twin would run a Gluon program: the varlen Gluon program
+    where FLASH_TRITON_GLUON_FEATURES=1 (`_features.GLUON_BY_DEFAULT`) and it takes the tensors, else the Triton one."""
+    d = q.shape[-1]
+    if GLUON_BY_DEFAULT:
+        cfg = GLUON_WS_256_VARLEN if d == 256 else GLUON_WS_VARLEN
+        if gluon_unsupported(q, k, causal, cfg) is None:
+            return cfg
+    return default_config(d, q.device)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
@@ -253,7 +266,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     else:
         out = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
     if kind == "gluon":
-        _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads", key=key)
+        _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads", key=key, f=f,
+                      s_aux=s_aux)
         return out
     if cfg.use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -305,7 +319,8 @@ def _descs(key, tensors: tuple, make) -> tuple:
 
 
 def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float, causal: bool,
-                  cfg: Config, heads_in_rows: bool, key=None) -> None:
+                  cfg: Config, heads_in_rows: bool, key=None, f: Features = PLAIN, s_aux=None) -> None:
+    """Launch the Gluon program `cfg` names; model features `f` (and the sinks `s_aux`) only on the varlen one."""
     from ._gluon import attention_fwd_sm90, attention_fwd_sm90_ws, attention_fwd_sm90_wsp, tma_desc
     from ._gluon_varlen import attention_fwd_sm90_ws_varlen
 
@@ -317,12 +332,13 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         dq, dk, dv = _descs(key, (q, k, v), lambda: (
             tma_desc(q, cfg.block_m // 2, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
             tma_desc(v, cfg.block_n, heads_in_rows)))
+        qk_scale, features = gluon_feature_args(f, scale, s_aux)
         launcher(attention_fwd_sm90_ws_varlen)(
             key, (cdiv(sq, cfg.block_m), b * hq),
-            (dq, dk, dv, out, d if heads_in_rows else hq * d, scale2, hq, hq // hkv, None, None, sq, sk),
+            (dq, dk, dv, out, d if heads_in_rows else hq * d, qk_scale, hq, hq // hkv, None, None, sq, sk, *features),
             dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
                  num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
-                 JOINT_RELEASE=cfg.joint_release))
+                 JOINT_RELEASE=cfg.joint_release, **f.meta()))
         return
     if cfg.persistent:
         tiles = sq // cfg.block_m * b * hq

@@ -12,19 +12,27 @@ probabilities are exp(s_ij) / (Σ_j exp(s_ij) + exp(s_aux[h])), so a row that se
 them as constexpr switches (`SOFTCAP`, `WINDOW`, `SINKS`: the plain path compiles exactly as before) and runtime
 values (`kernel_args`).
 
-Which programs take them: the Triton prefill program (dense and varlen) and the split-KV decode program (dense and
-paged caches). The Gluon programs do not; a call with a feature runs the Triton program, and an explicit Gluon
-config with a feature is refused with that reason.
+Which programs take them: the Triton prefill program (dense and varlen), the split-KV decode program (dense and
+paged caches) and, of the sm_90 Gluon programs, the warp-specialized varlen one (`_gluon_varlen.py`; it also runs
+dense calls). An explicit config naming another Gluon program with a feature is refused with that reason.
+
+Where a call with a feature goes by default: the program the plain call would take when that is the Triton or the
+decode program; where the plain call takes a Gluon program, the Triton program, unless FLASH_TRITON_GLUON_FEATURES=1
+asks for the varlen Gluon program (`GLUON_BY_DEFAULT`). It stays opt-in until the H200 has checked that program's
+features against the fp64 oracle and timed them (`scripts/gpu/features31.sh`); an explicit Gluon varlen config
+takes it either way (the CUDA tests and the benchmark do).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
 
 _UNBOUNDED = 1 << 30  # a window side past every key: -1 in flash-attn's API
+GLUON_BY_DEFAULT = os.environ.get("FLASH_TRITON_GLUON_FEATURES") == "1"  # read once, when the module is loaded
 _LOG2E = math.log2(math.e)
 
 
@@ -85,6 +93,9 @@ def kernel_args(f: Features, scale: float) -> tuple[float, float, int, int]:
     return cap_in, cap_out, left, right
 
 
-def gluon_problem(f: Features) -> str | None:
-    """Why the Gluon programs cannot take these features (None: plain attention)."""
-    return f"the Gluon programs compute plain attention only (asked for {f.label()})" if f.any else None
+def gluon_problem(f: Features, varlen: bool) -> str | None:
+    """Why this Gluon program cannot take these features (None: plain attention, or the varlen program)."""
+    if not f.any or varlen:
+        return None
+    return (f"of the Gluon programs only the warp-specialized varlen one computes model features (asked for "
+            f"{f.label()}); pick it with varlen=True")

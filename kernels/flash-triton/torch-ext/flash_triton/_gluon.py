@@ -235,10 +235,11 @@ def key_block_start(j, sk, BLOCK_N: gl.constexpr):
 
 @gluon.jit
 def _ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
-                 q_row, kv_row, q_col, kv_col, n_blocks, sk,
+                 q_row, kv_row, q_col, kv_col, first, n_blocks, sk,
                  HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """TMA loads of the Q tile and the key blocks of a sequence of `sk` keys starting at row `kv_row`
-    (`key_block_start`: the last block stays inside the sequence). A stage's K and V are refilled separately, each
+    """TMA loads of the Q tile and `n_blocks` key blocks from block `first` (a sliding window's first block, else 0)
+    of a sequence of `sk` keys starting at row `kv_row` (`key_block_start`: the last block stays inside the
+    sequence). A stage's K and V are refilled separately, each
     as soon as both consumers released it (`k_empty` after their QKᵀ, `v_empty` after their P·V: TUNING.md step 13;
     under `JOINT_RELEASE` both are the same barriers, which the consumers arrive on once, after P·V)."""
     mbarrier.expect(q_bar, 2 * desc_q.block_type.nbytes)
@@ -246,7 +247,7 @@ def _ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v
     _tma_load(desc_q, [q_row + HALF_M, q_col], q_bar, q_smem.index(1))
     for j in range(n_blocks):
         slot = j % STAGES
-        row = kv_row + key_block_start(j, sk, BLOCK_N)
+        row = kv_row + key_block_start(first + j, sk, BLOCK_N)
         if j >= STAGES:  # both consumers are done with the keys of the block that used this stage last
             mbarrier.wait(k_empty.index(slot), ((j // STAGES) - 1) & 1)
         _tma_fill(desc_k, k_bar.index(slot), k_smem.index(slot), row, kv_col)
@@ -372,7 +373,7 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
                         q_row + HALF_M, q_col, m0 + HALF_M, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
                         CAUSAL, JOINT_RELEASE)),
         (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
-                        q_row, kv_row, q_col, kv_col, n_blocks, SK, HALF_M, BLOCK_N, STAGES)),
+                        q_row, kv_row, q_col, kv_col, 0, n_blocks, SK, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
