@@ -305,3 +305,26 @@ def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d):
     cu_k = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     got = mod.varlen_attention(qp, kp, vp, cu_q, cu_k, max(lq), scale, causal, config=cfg, features=f, s_aux=sinks)
     check(got.split(lq), qp.split(lq), kp.split(lk), vp.split(lk))
+
+
+def test_default_arguments_take_the_one_plain_features_object():
+    """`is_plain` lets a plain call skip parsing (host time per call), and whatever spells the defaults parses to the
+    one `PLAIN` the launch paths test by identity; anything else still goes through `parse_features`' checks."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("flash_triton_features", REPO / "torch-ext" / "flash_triton" /
+                                                  "_features.py")
+    feat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(feat)
+    q = torch.zeros(1, 1, 4, 64)
+    assert feat.is_plain(0.0, (-1, -1), None) and feat.is_plain(None, None, None) and feat.is_plain(0, (-1, -1), None)
+    assert not feat.is_plain(0.0, [-1, -1], None)  # not the tuple: parsed, and still plain
+    assert feat.parse_features("t", q, 0, [-1, -1], None) is feat.PLAIN
+    assert not feat.is_plain(False, (-1, -1), None)  # a bool is refused by the parser, as before
+    with pytest.raises(ValueError, match="softcap=False"):
+        feat.parse_features("t", q, False)
+    for args in ((5.0, (-1, -1), None), (0.0, (3, 0), None), (0.0, (-1, -1), torch.zeros(4))):
+        assert not feat.is_plain(*args)
+    assert feat.kernel_args(feat.PLAIN, 0.125) == feat.PLAIN_ARGS

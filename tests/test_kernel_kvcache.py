@@ -253,14 +253,22 @@ def test_default_tiles_by_head_dim_and_page_size():
     assert splits.DecodeConfig(block_n=32).for_head_dim(128).block_n == 32  # an explicit choice stays
 
 
-def test_merge_counters_are_16_byte_aligned_slices():
-    """Triton specializes a pointer on 16-byte alignment; the fast launch reuses a kernel compiled for the first
-    call's counters, so every slice of the ring must have the same alignment (an odd slice once broke that on the H200:
-    FLASH_TRITON_CHECK_LAUNCH caught it in continuous batching)."""
+def test_merge_counters_are_disjoint_zeroed_ranges_of_one_ring():
+    """The fused merge's counters: ranges of one ring of zeros per device, handed out as (ring, first index) so a call
+    costs no tensor view; consecutive calls get disjoint ranges (calls in flight on other streams never share a
+    counter), each starting on a 64-byte line, and the ring wraps around to its start."""
     splits = importlib.import_module(_module().__name__ + "._splits")
-    slices = [splits.counters(torch.device("cpu"), n) for n in (3, 5, 1, 8)]
-    assert all(t.data_ptr() % 16 == 0 for t in slices)
-    assert all(int(t.abs().sum()) == 0 for t in slices)
+    cpu = torch.device("cpu")
+    splits._rings.pop(cpu, None)
+    got = [splits.counter_slot(cpu, n) for n in (3, 5, 1, 8)]
+    ring = got[0][0]
+    assert all(t is ring for t, _ in got) and int(ring.abs().sum()) == 0
+    starts = [start for _, start in got]
+    assert starts == [0, 16, 32, 48]  # each range rounded up to 16 counters
+    _, wrapped = splits.counter_slot(cpu, splits._RING_SIZE - 48)  # does not fit after 64: back to the start
+    assert wrapped == 0
+    fresh, start = splits.counter_slot(cpu, splits._RING_SIZE + 1)  # larger than the ring: its own zeros
+    assert start == 0 and fresh.numel() == splits._RING_SIZE + 1 and fresh is not ring
 
 
 def _decode_args(b=2, s=32, hq=4, hkv=2, d=64):

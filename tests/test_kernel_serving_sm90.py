@@ -62,7 +62,7 @@ def compile_decode(page: int, append: bool, fused: bool, d: int = 128):
     cfg = _load("_splits").DecodeConfig().for_head_dim(d)
     pointers = {n: "*bf16" for n in ("Q", "KCache", "VCache", "KNew", "VNew", "O")}
     pointers.update(LSE="*fp32", Seqlens="*i32", BatchIdx="*i32", LeftPad="*i32", Table="*i32", PartAcc="*fp32",
-                    PartML="*fp32", Counters="*i32", qk_scale="fp32", softcap_in="fp32", softcap_out="fp32")
+                    Counters="*i32", qk_scale="fp32", softcap_in="fp32", softcap_out="fp32")
     const = dict(HEAD_DIM=d, BLOCK_D=d, BLOCK_M=16, BLOCK_N=cfg.block_n, PAGE_SIZE=page, CAUSAL=append,
                  APPEND=append, HAS_SEQLENS=True, HAS_BATCH_IDX=False, HAS_LEFTPAD=False, SPLIT=True,
                  FUSED_REDUCE=fused, STORE_LSE=False, PREFETCH=cfg.prefetch_merge, LSE=None, BatchIdx=None,
@@ -74,7 +74,7 @@ def compile_decode(page: int, append: bool, fused: bool, d: int = 128):
     if not fused:
         const["Counters"] = None
     return _compile(fn, pointers, const, lambda n: n in pointers and n != "qk_scale" or n.startswith("stride")
-                    or n in ("cap", "split_len"), stages=cfg.num_stages, warps=cfg.num_warps)
+                    or n in ("cap", "split_len", "ml_off"), stages=cfg.num_stages, warps=cfg.num_warps)
 
 
 pytestmark = pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason="this Triton wheel ships no cuobjdump")

@@ -18,11 +18,23 @@ Only CUDA launches take the fast path: under Triton's interpreter, with a launch
 profiler), or where this Triton's compiled kernel lacks the launcher attributes this module uses (Triton 3.6's), a
 launch goes through `kernel[grid]` every time; `FLASH_TRITON_FAST_LAUNCH=0` asks for that too (to measure the
 difference). `fast_launch_problem()` says which applies.
+
+The direct launch (`_Direct`, Triton 3.6's launcher layout, the H200 image's): below `compiled.run` Triton still runs
+Python per call, a `CudaLauncher.__call__` that sizes scratch buffers and, for a kernel with TMA descriptor arguments,
+a wrapper that walks every argument and turns each descriptor into a `CUtensorMap` plus its shape and strides
+(`make_tensordesc_arg`). For a kernel with no scratch, the first launch of a key plans that work once: it runs
+Triton's own `make_tensordesc_arg` on the call's descriptors, records the arguments it hands the driver's
+`fill_tma_descriptor`, and keeps everything but the base address. A later launch passes the base tensors where the
+descriptors were (`Launcher.launch_bases`; no descriptor object is built or rebased), fills each `CUtensorMap` with
+the recorded arguments and calls the compiled C launcher itself. Any other layout (another Triton, scratch memory, a
+descriptor Triton expands differently) keeps `compiled.run`. Under `FLASH_TRITON_CHECK_LAUNCH=1` a base launch also
+rebuilds the descriptors from the first call's to ask the binder, as above.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 from triton.runtime import driver
 
@@ -71,6 +83,15 @@ def fast_launch_problem() -> str | None:
     return None
 
 
+class _Entry:
+    """What the first launch of a key leaves for the next ones."""
+
+    __slots__ = ("compiled", "tail", "meta", "direct")
+
+    def __init__(self, compiled, tail: tuple, meta: dict, direct) -> None:
+        self.compiled, self.tail, self.meta, self.direct = compiled, tail, meta, direct
+
+
 class Launcher:
     """`fn[grid](*args, **meta)` by key: the first launch per key through Triton, the next ones to the C launcher."""
 
@@ -83,15 +104,19 @@ class Launcher:
         parameters and launch options (num_warps, num_stages), the same for every launch under `key`."""
         entry = self.entries.get(key) if key is not None else None
         if entry is not None and fast_launch_problem() is None:
-            compiled, tail = entry
+            compiled = entry.compiled
             if _CHECK:
                 self._check(compiled, args, meta)
+            direct = entry.direct
+            if direct is not None and not direct.slots:  # no descriptor to expand: straight to the C launcher
+                direct(grid, args)
+                return
             g1 = grid[1] if len(grid) > 1 else 1
             g2 = grid[2] if len(grid) > 2 else 1
             drv = driver.active  # as Triton's own launch: the current device's current stream
             stream = drv.get_current_stream(drv.get_current_device())
             compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                         *args, *tail)
+                         *args, *entry.tail)
             return
         compiled = self.fn[grid](*args, **meta)
         if key is None or compiled is None or not all(hasattr(compiled, a) for a in _LAUNCHER_ATTRS):
@@ -100,7 +125,20 @@ class Launcher:
             self.entries.clear()
         params = self.fn.params[len(args):]  # the constexpr parameters after the runtime ones
         tail = tuple(meta[p.name] if p.name in meta else p.default for p in params)
-        self.entries[key] = (compiled, tail)
+        self.entries[key] = _Entry(compiled, tail, dict(meta), _plan_direct(compiled, args, tail))
+
+    def launch_bases(self, key, grid: tuple, args: tuple) -> bool:
+        """Launch `key`'s kernel with each TMA descriptor argument replaced by its base tensor (same shape, strides,
+        alignment and box as the first launch's descriptor: the key says so) straight through the C launcher, and
+        return True; False when this key cannot (no launch yet, no direct plan, a hook, the interpreter): the caller
+        then builds the descriptors and calls the launcher as usual."""
+        entry = self.entries.get(key) if key is not None else None
+        if entry is None or entry.direct is None or not entry.direct.slots or fast_launch_problem() is not None:
+            return False
+        if _CHECK:
+            self._check(entry.compiled, entry.direct.descriptors(args), entry.meta)
+        entry.direct(grid, args)
+        return True
 
     def _check(self, compiled, args: tuple, meta: dict) -> None:
         """Raise when Triton's own binder would launch another compiled kernel for these arguments."""
@@ -108,6 +146,123 @@ class Launcher:
         if other is not compiled:
             raise RuntimeError(f"flash-triton: the fast launch of {self.fn.__name__} would run another "
                                "specialization than Triton picks for these arguments: its key is incomplete")
+
+
+class _Slot:
+    """One TMA descriptor argument of a direct launch: how Triton expands it, planned from the first call's."""
+
+    __slots__ = ("pos", "fill", "fill_args", "rest", "template")
+
+    def __init__(self, pos: int, fill, fill_args: tuple, rest: tuple, template) -> None:
+        self.pos, self.fill, self.fill_args, self.rest, self.template = pos, fill, fill_args, rest, template
+
+    def expand(self, base) -> tuple:
+        if self.fill is None:  # Triton passes the base tensor itself, then shape and strides
+            return (base, *self.rest)
+        return (self.fill(base.data_ptr(), *self.fill_args), *self.rest)
+
+
+class _Direct:
+    """The C launcher of one compiled kernel, called with the arguments Triton 3.6's `CudaLauncher` would build."""
+
+    __slots__ = ("launch", "function", "packed", "coop", "pdl", "tail", "slots")
+
+    def __init__(self, launch, compiled, coop, pdl, tail: tuple, slots: tuple) -> None:
+        self.launch, self.function, self.packed = launch, compiled.function, compiled.packed_metadata
+        self.coop, self.pdl, self.tail, self.slots = coop, pdl, tail, slots
+
+    def __call__(self, grid: tuple, args: tuple) -> None:
+        if self.slots:
+            parts, prev = [], 0
+            for slot in self.slots:
+                parts += args[prev:slot.pos]
+                parts += slot.expand(args[slot.pos])
+                prev = slot.pos + 1
+            args = (*parts, *args[prev:])
+        drv = driver.active
+        stream = drv.get_current_stream(drv.get_current_device())
+        self.launch(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
+                    self.function, self.coop, self.pdl, None, None, self.packed, None, None, None, *args, *self.tail)
+
+    def descriptors(self, args: tuple) -> tuple:
+        """`args` with the base tensors at the descriptor slots turned back into descriptors (the first call's,
+        rebased): what the binder check of `FLASH_TRITON_CHECK_LAUNCH=1` needs."""
+        args = list(args)
+        for slot in self.slots:
+            args[slot.pos] = rebase(slot.template, args[slot.pos])
+        return tuple(args)
+
+
+_BASE_ARGS = "iiiKKppOOOOOO"  # Triton 3.6's C launcher: grid, stream, function, coop, pdl, scratch x2, metadata, hooks
+
+
+def _plan_direct(compiled, args: tuple, tail: tuple) -> _Direct | None:
+    """A `_Direct` for this compiled kernel, or None where its launcher is not laid out as Triton 3.6's (the module
+    docstring); `args` are the first call's (with its descriptors)."""
+    try:
+        run = compiled.run
+        module = sys.modules.get(type(run).__module__)
+        if getattr(module, "_BASE_ARGS_FORMAT", None) != _BASE_ARGS or type(run).__name__ != "CudaLauncher":
+            return None
+        if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+            return None  # the kernel needs scratch buffers, which CudaLauncher.__call__ allocates per launch
+        coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+        launch = run.launch
+        code = getattr(launch, "__code__", None)
+        if code is None:  # the compiled C launcher itself: no descriptor arguments to expand
+            return _Direct(launch, compiled, coop, pdl, tail, ())
+        cells = dict(zip(code.co_freevars, (c.cell_contents for c in launch.__closure__ or ())))
+        expand = launch.__globals__.get("make_tensordesc_arg")
+        if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= cells.keys() or expand is None \
+                or expand.__code__.co_argcount != 2:
+            return None
+        metas = cells["tensordesc_meta"]
+        slots = []
+        for n, pos in enumerate(sorted(cells["tensordesc_indices"])):
+            if pos >= len(args) or (slot := _plan_slot(pos, args[pos], metas[n] if metas else None, expand)) is None:
+                return None
+            slots.append(slot)
+        return _Direct(cells["launcher"], compiled, coop, pdl, tail, tuple(slots))
+    except Exception:  # noqa: BLE001 - any surprise in Triton's internals: keep its own launch path
+        return None
+
+
+_FILLS = ("fill_tma_descriptor", "fill_tma_descriptor_tiled")
+
+
+def _plan_slot(pos: int, desc, meta, expand) -> _Slot | None:
+    """Run Triton's `make_tensordesc_arg` on the first call's descriptor, recording what it hands the driver's
+    `fill_tma_descriptor`; a slot when the expansion is (base tensor or filled map, then values that do not depend on
+    the base address)."""
+    base = getattr(desc, "base", None)
+    if base is None:
+        return None
+    utils = driver.active.utils
+    calls: list = []
+    saved = {}
+    for name in _FILLS:
+        real = getattr(utils, name, None)
+        if real is not None:
+            saved[name] = real
+
+            def record(*a, _real=real, _name=name):
+                calls.append((_name, a))
+                return _real(*a)
+
+            setattr(utils, name, record)
+    try:
+        expanded = expand(desc, meta)
+    finally:
+        for name, real in saved.items():
+            setattr(utils, name, real)
+    if not expanded:
+        return None
+    if not calls:
+        return _Slot(pos, None, (), tuple(expanded[1:]), desc) if expanded[0] is base else None
+    if len(calls) != 1 or calls[0][1][:1] != (base.data_ptr(),):
+        return None
+    name, fill_args = calls[0]
+    return _Slot(pos, saved[name], tuple(fill_args[1:]), tuple(expanded[1:]), desc)
 
 
 def rebase(desc, base):

@@ -10,8 +10,8 @@ nearly full: for each split count, the fraction of the last wave that is busy, a
 whole number of key blocks.
 
 Counters (the fused merge): one int32 per (b, kv head, M tile), 0 before a call and put back to 0 by the CTA that
-merges. They come from a ring of zeros per device, handed out in consecutive slices, so calls in flight on
-different streams use different counters. The first ring is made outside any CUDA-graph capture (zeros must be
+merges. They come from a ring of zeros per device, handed out as consecutive ranges (the ring and the range's first
+index: a slice would cost a tensor view per call), so calls in flight on different streams use different counters. The first ring is made outside any CUDA-graph capture (zeros must be
 real before a graph reads them); a call whose first use is inside a capture gets its own zeroed counters (the
 memset is captured with it).
 """
@@ -135,17 +135,18 @@ _rings: dict[torch.device, list] = {}  # device -> [zeros, next free index]
 _lock = threading.Lock()
 
 
-def counters(device: torch.device, n: int) -> torch.Tensor:
-    """`n` int32 counters that are 0 now and that the merging CTAs put back to 0 (see the module docstring)."""
+def counter_slot(device: torch.device, n: int) -> tuple[torch.Tensor, int]:
+    """`n` int32 counters that are 0 now and that the merging CTAs put back to 0 (see the module docstring), as
+    (counters, index of the first): the device's ring and a range of it, or a fresh zeroed tensor and 0."""
     with _lock:
         ring = _rings.get(device)
         if n > _RING_SIZE or (ring is None and device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-            return torch.zeros(n, dtype=torch.int32, device=device)
+            return torch.zeros(n, dtype=torch.int32, device=device), 0
         if ring is None:
             ring = _rings[device] = [_zeros_outside_graph_pools(device), 0]
         start = ring[1] if ring[1] + n <= _RING_SIZE else 0
-        ring[1] = start + -(-n // 4) * 4  # every slice 16-byte aligned: Triton specializes a pointer on that
-        return ring[0][start:start + n]
+        ring[1] = start + -(-n // 16) * 16  # ranges start 64-byte aligned (the merge's atomics, one line apart)
+        return ring[0], start
 
 
 def _zeros_outside_graph_pools(device: torch.device) -> torch.Tensor:

@@ -25,13 +25,24 @@ only under Triton's interpreter, which must be on (TRITON_INTERPRET=1) when this
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import math
 
 import torch
 import triton
 
 from ._checks import head_dim_problem, refuse_unsupported, tma_layout
-from ._features import GLUON_BY_DEFAULT, PLAIN, Features, gluon_problem, kernel_args, parse_features
+from ._features import (
+    GLUON_BY_DEFAULT,
+    PLAIN,
+    PLAIN_ARGS,
+    Features,
+    gluon_problem,
+    is_plain,
+    kernel_args,
+    parse_features,
+)
 from ._config import (
     GLUON_WS_256_VARLEN,
     GLUON_WS_VARLEN,
@@ -155,8 +166,9 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, _fp32_ok:
     return None
 
 
-_PLANS: dict[tuple, tuple] = {}  # call signature -> (kind, config, layout): what `attention` decided for it
+_PLANS: dict[tuple, tuple] = {}  # call signature -> (kind, config, layout, serial): what `attention` decided for it
 _MAX_PLANS = 4096
+_SERIALS = itertools.count(1)  # a plan's key for the launchers and `_DESCS`: an int hashes faster than the signature
 
 
 def _signature(q, k, v, causal, config, fp32_ok, f: Features = PLAIN, s_aux=None) -> tuple | None:
@@ -173,7 +185,8 @@ def _signature(q, k, v, causal, config, fp32_ok, f: Features = PLAIN, s_aux=None
 
 def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> tuple:
     """Check the inputs (ValueError with the reason) and decide the program: ("empty",), ("decode", cfg),
-    ("bf16-interpreter", cfg), ("gluon", cfg, layout) or ("triton", cfg, layout). Model features (`_features.py`)
+    ("bf16-interpreter", cfg), ("gluon", cfg, layout, serial) or ("triton", cfg, layout, serial, strides): the
+    Triton program's 12 stride arguments (q, k, v and the output `attention` allocates) are fixed by the signature. Model features (`_features.py`)
     run on the Triton and decode programs and the varlen Gluon program (`_feature_config`)."""
     reason = check_inputs(q, k, v, _fp32_ok=fp32_ok and INTERPRETED)
     if reason is not None:
@@ -204,10 +217,13 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
     if bf16_interp:
         return ("bf16-interpreter", cfg)
     if cfg.gluon:
-        return ("gluon", cfg, layout)
+        return ("gluon", cfg, layout, next(_SERIALS))
     if cfg.use_tma and (layout is None or block_d(d) != d):
         cfg = dataclasses.replace(cfg, use_tma=False)  # other strides, or a padded head dim: pointer loads
-    return ("triton", cfg, layout)
+    b, sq, hq, _ = q.shape
+    out = (hq * sq * d, d, sq * d) if layout == "heads" else (sq * hq * d, hq * d, d)  # `attention`'s allocation
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out)
+    return ("triton", cfg, layout, next(_SERIALS), strides)
 
 
 def _feature_config(q, k, causal: bool) -> Config:
@@ -258,6 +274,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
                         _fp32_ok=True)
         return out.to(torch.bfloat16)
     layout = plan[2]
+    lkey = None if key is None else plan[3]  # not cached (no signature): every launch through Triton's binder
     sk, hkv = k.shape[1], k.shape[2]
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
     # the output takes q's layout when q is a view of [B, H, S, D] (no copy on the way back to PyTorch's layout)
@@ -266,10 +283,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     else:
         out = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
     if kind == "gluon":
-        _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads", key=key, f=f,
+        _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads", key=lkey, f=f,
                       s_aux=s_aux)
         return out
+    run = launcher(attention_fwd)
+    grid = (cdiv(sq, cfg.block_m), b * hq)
+    rest = (scale * _LOG2E, *plan[4], hq, hq // hkv, sq, sk, None, None, s_aux,
+            *(PLAIN_ARGS if f is PLAIN else kernel_args(f, scale)))
     if cfg.use_tma:
+        if run.launch_bases(lkey, grid, (q, k, v, out, q, k, v, *rest)):  # descriptors expanded from their bases
+            return out
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         def make():
@@ -282,26 +305,19 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
                     TensorDescriptor(k, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d]),
                     TensorDescriptor(v, [b * sk, hkv * d], [hkv * d, 1], [cfg.block_n, d]))
 
-        desc_q, desc_k, desc_v = _descs(key, (q, k, v), make)
+        desc_q, desc_k, desc_v = _descs(lkey, (q, k, v), make)
     else:
         desc_q = desc_k = desc_v = None
-    launcher(attention_fwd)(
-        key, (cdiv(sq, cfg.block_m), b * hq),
-        (q, k, v, out, desc_q, desc_k, desc_v, scale * _LOG2E,
-         q.stride(0), q.stride(1), q.stride(2),
-         k.stride(0), k.stride(1), k.stride(2),
-         v.stride(0), v.stride(1), v.stride(2),
-         out.stride(0), out.stride(1), out.stride(2),
-         hq, hq // hkv, sq, sk, None, None, s_aux, *kernel_args(f, scale)),
-        dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma, **f.meta(),
-             WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
+    run(lkey, grid, (q, k, v, out, desc_q, desc_k, desc_v, *rest),
+        dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=bool(causal), USE_TMA=cfg.use_tma,
+             **f.meta(), WARP_SPECIALIZE=cfg.warp_specialize, OVERLAP=cfg.overlap, POLY_EXP=cfg.poly_exp,
              LAZY_RESCALE=cfg.lazy_rescale, HEADS_IN_ROWS=cfg.use_tma and layout == "heads", BLOCK_D=block_d(d),
              num_warps=cfg.num_warps, num_stages=cfg.num_stages))
     return out
 
 
 _LOG2E = math.log2(math.e)
-_DESCS: dict[tuple, tuple] = {}  # plan key -> the TMA descriptors its first call made (templates, `_launch.rebase`)
+_DESCS: dict[int, tuple] = {}  # plan serial -> the TMA descriptors its first call made (templates, `_launch.rebase`)
 
 
 def _descs(key, tensors: tuple, make) -> tuple:
@@ -318,46 +334,64 @@ def _descs(key, tensors: tuple, make) -> tuple:
     return tuple(rebase(tpl, t) for tpl, t in zip(templates, tensors))
 
 
-def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float, causal: bool,
-                  cfg: Config, heads_in_rows: bool, key=None, f: Features = PLAIN, s_aux=None) -> None:
-    """Launch the Gluon program `cfg` names; model features `f` (and the sinks `s_aux`) only on the varlen one."""
+@functools.cache
+def _gluon_programs() -> tuple:
+    """The sm_90 Gluon programs, imported on first use (a Triton without Gluon never gets here: `gluon_unsupported`)."""
     from ._gluon import attention_fwd_sm90, attention_fwd_sm90_ws, attention_fwd_sm90_wsp, tma_desc
     from ._gluon_varlen import attention_fwd_sm90_ws_varlen
 
+    return attention_fwd_sm90, attention_fwd_sm90_ws, attention_fwd_sm90_wsp, attention_fwd_sm90_ws_varlen, tma_desc
+
+
+def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float, causal: bool,
+                  cfg: Config, heads_in_rows: bool, key=None, f: Features = PLAIN, s_aux=None) -> None:
+    """Launch the Gluon program `cfg` names; model features `f` (and the sinks `s_aux`) only on the varlen one. A
+    repeat call passes the tensors where the TMA descriptors go (`Launcher.launch_bases`); the first call of a key,
+    or one the direct launch cannot take, builds the descriptors (`_descs`)."""
+    one_wg, ws, wsp, ws_varlen, tma_desc = _gluon_programs()
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     scale2 = scale * _LOG2E
     width = block_d(d)  # 80, 96: computed on zero-padded 128-wide tiles (`tma_desc`)
     if cfg.varlen:  # every sequence Sq queries and Sk keys, any lengths: the ends masked, O stored row by row
+        run = launcher(ws_varlen)
+        grid = (cdiv(sq, cfg.block_m), b * hq)
+        qk_scale, features = gluon_feature_args(f, scale, s_aux)
+        rest = (out, d if heads_in_rows else hq * d, qk_scale, hq, hq // hkv, None, None, sq, sk, *features)
+        if run.launch_bases(key, grid, (q, k, v, *rest)):
+            return
         dq, dk, dv = _descs(key, (q, k, v), lambda: (
             tma_desc(q, cfg.block_m // 2, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
             tma_desc(v, cfg.block_n, heads_in_rows)))
-        qk_scale, features = gluon_feature_args(f, scale, s_aux)
-        launcher(attention_fwd_sm90_ws_varlen)(
-            key, (cdiv(sq, cfg.block_m), b * hq),
-            (dq, dk, dv, out, d if heads_in_rows else hq * d, qk_scale, hq, hq // hkv, None, None, sq, sk, *features),
+        run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
                  num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
                  JOINT_RELEASE=cfg.joint_release, **f.meta()))
         return
     if cfg.persistent:
         tiles = sq // cfg.block_m * b * hq
-        sms = sm_count(q.device)
+        run = launcher(wsp)
+        grid = (min(tiles, sm_count(q.device)),)
+        rest = (out, hq * d, scale2, hq, hq // hkv, sq, sk, tiles)
+        if run.launch_bases(key, grid, (q, k, v, *rest)):
+            return
         dq, dk, dv = _descs(key, (q, k, v), lambda: (
             tma_desc(q, cfg.block_m // 2, False), tma_desc(k, cfg.block_n, False), tma_desc(v, cfg.block_n, False)))
-        launcher(attention_fwd_sm90_wsp)(
-            key, (min(tiles, sms),), (dq, dk, dv, out, hq * d, scale2, hq, hq // hkv, sq, sk, tiles),
+        run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
                  num_warps=cfg.num_warps))
         return
-    program = attention_fwd_sm90_ws if cfg.warp_specialize else attention_fwd_sm90
+    run = launcher(ws if cfg.warp_specialize else one_wg)
+    grid = (sq // cfg.block_m, b * hq)
+    rest = (scale2, hq, hq // hkv, sq, sk)
+    if run.launch_bases(key, grid, (q, k, v, out, *rest)):
+        return
     ws_only = {"JOINT_RELEASE": cfg.joint_release} if cfg.warp_specialize else {}
     q_rows = cfg.block_m // 2 if cfg.warp_specialize else cfg.block_m  # each consumer warpgroup loads its half
     dq, dk, dv, do = _descs(key, (q, k, v, out), lambda: (
         tma_desc(q, q_rows, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
         tma_desc(v, cfg.block_n, heads_in_rows), tma_desc(out, q_rows, heads_in_rows)))
-    launcher(program)(
-        key, (sq // cfg.block_m, b * hq), (dq, dk, dv, do, scale2, hq, hq // hkv, sq, sk),
+    run(key, grid, (dq, dk, dv, do, *rest),
         dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
              num_warps=cfg.num_warps, HEADS_IN_ROWS=heads_in_rows, **ws_only))
 
@@ -368,7 +402,10 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     out `[B, Sq, Hq, D]`. `softcap`, `window_size` and `s_aux` (sinks, `[Hq]`) as flash-attn computes them
     (`_features.py`); `deterministic` is accepted (the forward always is); dropout, ALiBi and returned probabilities
     raise ValueError naming the argument."""
-    refuse_unsupported("flash_attn_func", dropout_p=dropout_p, alibi_slopes=alibi_slopes,
-                       return_attn_probs=return_attn_probs)
-    f = parse_features("flash_attn_func", q, softcap, window_size, s_aux)
+    if dropout_p or alibi_slopes is not None or return_attn_probs:
+        refuse_unsupported("flash_attn_func", dropout_p=dropout_p, alibi_slopes=alibi_slopes,
+                           return_attn_probs=return_attn_probs)
+    # the checks a plain call needs are two comparisons (host time per call: see `_launch.py`)
+    f = PLAIN if is_plain(softcap, window_size, s_aux) else parse_features("flash_attn_func", q, softcap, window_size,
+                                                                           s_aux)
     return attention(q, k, v, softmax_scale, causal, features=f, s_aux=s_aux)

@@ -13,6 +13,7 @@ captured in a CUDA graph; lengths past the capacity are clipped on the device ra
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -21,9 +22,9 @@ import torch
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
 from ._config import block_d
 from ._decode import kvcache_fwd, kvcache_reduce
-from ._features import PLAIN, Features, kernel_args, parse_features
+from ._features import PLAIN, PLAIN_ARGS, Features, kernel_args, parse_features
 from ._launch import launcher
-from ._splits import DEFAULT, DecodeConfig, counters, plan
+from ._splits import DEFAULT, DecodeConfig, counter_slot, plan
 
 
 def kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table):
@@ -71,22 +72,27 @@ def kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, c
 @dataclass(frozen=True)
 class _Call:
     """What one call signature decides (`_prepare`): the output's shape, the workspace, both launches' grids and
-    their arguments that do not change from call to call."""
+    their arguments that do not change from call to call, and `serial`, this call's key for the launchers (a small
+    int hashes faster than the signature, and is never reused)."""
 
     out_shape: tuple
     lse_shape: tuple | None
     capacity: int  # key positions the cache holds per sequence
-    part_acc: int  # fp32 elements of the partials (0: one split, no merge)
-    part_ml: int
+    workspace: int  # fp32 elements of the partials, accumulators then (m, l) pairs (0: one split, no merge)
     tiles: int  # merge counters (fused merge only)
     counted: bool
     fwd_grid: tuple
-    fwd_tail: tuple  # strides, head counts, lengths, split sizes: the runtime arguments after `scale`
+    fwd_tail: tuple  # the (m, l) pairs' offset, strides, head counts, lengths, split sizes: the arguments after the
+    # model features
     fwd_meta: dict
     reduce_grid: tuple | None
     reduce_tail: tuple
     reduce_meta: dict
     features: Features = PLAIN
+    serial: int = 0
+
+
+_SERIALS = itertools.count(1)
 
 
 _CALLS: dict[tuple, _Call] = {}
@@ -116,9 +122,12 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
     remembered; a repeat call allocates its output and workspace and launches through `_launch.launcher` (no Triton
     binder): host time per call is the point at decode, where every layer of every step makes one. `softcap`,
     `window_size` and `s_aux` as flash-attn computes them (`_features.py`)."""
-    key = (_meta(q), _meta(k_cache), _meta(v_cache), _meta(k), _meta(v), _meta(cache_seqlens),
-           _meta(cache_batch_idx), _meta(cache_leftpad), _meta(block_table), causal, num_splits,
-           return_softmax_lse, config, softcap, _window_key(window_size), _meta(s_aux))
+    # optional tensors: `x is None or _meta(x)` (True or a tuple) spares a call per absent argument
+    key = (_meta(q), _meta(k_cache), _meta(v_cache), k is None or _meta(k), v is None or _meta(v),
+           _meta(cache_seqlens), cache_batch_idx is None or _meta(cache_batch_idx),
+           cache_leftpad is None or _meta(cache_leftpad), block_table is None or _meta(block_table), causal,
+           num_splits, return_softmax_lse, config, softcap,
+           window_size if type(window_size) is tuple else _window_key(window_size), s_aux is None or _meta(s_aux))
     try:
         call = _CALLS.get(key)
     except TypeError:  # an unhashable argument: checked (and refused) the slow way
@@ -135,26 +144,34 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
     lse = torch.empty(call.lse_shape, dtype=torch.float32, device=q.device) if call.lse_shape else None
     if call.fwd_grid is None:  # nothing to compute (an empty batch or head dim)
         return (out, lse) if return_softmax_lse else out
-    part_acc = torch.empty(call.part_acc, dtype=torch.float32, device=q.device) if call.part_acc else None
-    part_ml = torch.empty(call.part_ml, dtype=torch.float32, device=q.device) if call.part_acc else None
-    count = counters(q.device, call.tiles) if call.counted else None
-    seqlens = cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None
-    capacity = call.capacity
-    seqlen_scalar = capacity if cache_seqlens is None else (0 if seqlens is not None else int(cache_seqlens))
-    d = q.shape[-1]
-    raw_scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
-    scale = raw_scale * _LOG2E
-    key_fwd = None if key is None else (key, _int_class(seqlen_scalar))
-    cap_in, cap_out, win_left, win_right = kernel_args(call.features, raw_scale)
-    launcher(kvcache_fwd)(key_fwd, call.fwd_grid,
-                          (q, k_cache, v_cache, k, v, out, lse, seqlens, cache_batch_idx, cache_leftpad, block_table,
-                           part_acc, part_ml, count, seqlen_scalar, scale, s_aux, cap_in, cap_out, win_left,
-                           win_right, *call.fwd_tail), call.fwd_meta)
+    part = torch.empty(call.workspace, dtype=torch.float32, device=q.device) if call.workspace else None
+    count, count_off = counter_slot(q.device, call.tiles) if call.counted else (None, 0)
+    if cache_seqlens is None:
+        seqlens, seqlen_scalar = None, call.capacity
+    elif type(cache_seqlens) is torch.Tensor or isinstance(cache_seqlens, torch.Tensor):
+        seqlens, seqlen_scalar = cache_seqlens, 0
+    else:
+        seqlens, seqlen_scalar = None, int(cache_seqlens)
+    raw_scale = q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
+    # the launchers' key: an int length is a runtime argument Triton specializes (== 1, % 16)
+    key_fwd = None if key is None else (call.serial, _int_class(seqlen_scalar))
+    if call.features is PLAIN:
+        cap_in, cap_out, win_left, win_right = PLAIN_ARGS
+    else:
+        cap_in, cap_out, win_left, win_right = kernel_args(call.features, raw_scale)
+    _FWD(key_fwd, call.fwd_grid,
+         (q, k_cache, v_cache, k, v, out, lse, seqlens, cache_batch_idx, cache_leftpad, block_table, part, count,
+          seqlen_scalar, raw_scale * _LOG2E, s_aux, cap_in, cap_out, win_left, win_right, count_off, *call.fwd_tail),
+         call.fwd_meta)
     if call.reduce_grid is not None:
-        launcher(kvcache_reduce)(key_fwd, call.reduce_grid,
-                                 (out, lse, seqlens, cache_leftpad, part_acc, part_ml, seqlen_scalar, s_aux, win_left,
-                                  *call.reduce_tail), call.reduce_meta)
+        _REDUCE(key_fwd, call.reduce_grid,
+                (out, lse, seqlens, cache_leftpad, part, seqlen_scalar, s_aux, win_left, *call.reduce_tail),
+                call.reduce_meta)
     return (out, lse) if return_softmax_lse else out
+
+
+_FWD = launcher(kvcache_fwd)
+_REDUCE = launcher(kvcache_reduce)
 
 
 _LOG2E = math.log2(math.e)
@@ -184,7 +201,7 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
     out_shape = (batch, sq, hq, d)
     lse_shape = (batch, hq, sq) if return_softmax_lse else None
     if batch * sq * hq * d == 0:
-        return _Call(out_shape, lse_shape, capacity, 0, 0, 0, False, None, (), {}, None, (), {}, f)
+        return _Call(out_shape, lse_shape, capacity, 0, 0, False, None, (), {}, None, (), {}, f, next(_SERIALS))
     p = plan(batch, hkv, sq * groups, capacity, q.device, cfg, num_splits)
     split = p.num_splits > 1
     tiles = batch * hkv * p.m_tiles
@@ -198,7 +215,8 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
     heads = (hq, hkv, groups, sq, s_new, capacity, p.split_len, p.num_splits)
     flags = dict(CAUSAL=bool(causal), APPEND=k is not None, HAS_SEQLENS=isinstance(cache_seqlens, torch.Tensor),
                  HAS_LEFTPAD=cache_leftpad is not None, STORE_LSE=return_softmax_lse)
-    fwd_tail = (*strides(q), *strides(k_cache), *strides(v_cache), *strides(k), *strides(v), *out_strides,
+    part_acc = tiles * p.num_splits * p.block_m * width if split else 0  # the accumulators; then the (m, l) pairs
+    fwd_tail = (part_acc, *strides(q), *strides(k_cache), *strides(v_cache), *strides(k), *strides(v), *out_strides,
                 block_table.stride(0) if paged else 0, *heads)
     fwd_meta = dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_N=cfg.block_n, PAGE_SIZE=page,
                     HAS_BATCH_IDX=cache_batch_idx is not None, SPLIT=split, FUSED_REDUCE=cfg.fused_reduce,
@@ -206,15 +224,14 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
                     num_stages=cfg.num_stages)
     two_launch = split and not cfg.fused_reduce
     return _Call(out_shape, lse_shape, capacity,
-                 part_acc=tiles * p.num_splits * p.block_m * width if split else 0,
-                 part_ml=tiles * p.num_splits * p.block_m * 2 if split else 0,
+                 workspace=part_acc + tiles * p.num_splits * p.block_m * 2 if split else 0,
                  tiles=tiles, counted=split and cfg.fused_reduce,
                  fwd_grid=(p.num_splits, batch * hkv, p.m_tiles), fwd_tail=fwd_tail, fwd_meta=fwd_meta,
                  reduce_grid=(batch * hkv, p.m_tiles) if two_launch else None,
-                 reduce_tail=(*out_strides, *heads),
+                 reduce_tail=(part_acc, *out_strides, *heads),
                  reduce_meta=dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_D=width, PREFETCH=cfg.prefetch_merge, **flags,
                                   WINDOW=fwd_meta["WINDOW"], SINKS=fwd_meta["SINKS"], num_warps=4),
-                 features=f)
+                 features=f, serial=next(_SERIALS))
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -232,8 +249,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     `window_size` and `s_aux` (sinks) as flash-attn computes them (`_features.py`); rotary embeddings and ALiBi
     raise ValueError naming the argument.
     """
-    refuse_unsupported("flash_attn_with_kvcache", alibi_slopes=alibi_slopes, rotary_cos=rotary_cos,
-                       rotary_sin=rotary_sin)
+    if alibi_slopes is not None or rotary_cos is not None or rotary_sin is not None:
+        refuse_unsupported("flash_attn_with_kvcache", alibi_slopes=alibi_slopes, rotary_cos=rotary_cos,
+                           rotary_sin=rotary_sin)
     return kvcache_attention(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
                              softmax_scale, causal, num_splits, return_softmax_lse, softcap=softcap,
                              window_size=window_size, s_aux=s_aux)

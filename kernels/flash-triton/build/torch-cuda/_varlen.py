@@ -27,7 +27,7 @@ import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem, tma_layout
 from ._config import INTERPRETED, Config, block_d, default_config, gluon_preferred, gluon_shape_problem
-from ._features import GLUON_BY_DEFAULT, PLAIN, Features, gluon_problem, kernel_args, parse_features
+from ._features import GLUON_BY_DEFAULT, PLAIN, PLAIN_ARGS, Features, gluon_problem, kernel_args, parse_features
 from ._kernel import attention_fwd
 from ._splits import cdiv
 
@@ -148,7 +148,7 @@ def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
 def gluon_feature_args(f: Features, scale: float, s_aux) -> tuple[float, tuple]:
     """The varlen Gluon program's qk_scale (cap·log2(e) under soft-capping: it caps the raw scores itself) and its
     runtime feature arguments (Sinks, softcap_in, win_left, win_right)."""
-    cap_in, cap_out, win_left, win_right = kernel_args(f, scale)
+    cap_in, cap_out, win_left, win_right = PLAIN_ARGS if f is PLAIN else kernel_args(f, scale)
     return (cap_out if f.softcap > 0 else scale * _LOG2E), (s_aux, cap_in, win_left, win_right)
 
 

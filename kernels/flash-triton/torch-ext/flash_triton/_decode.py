@@ -245,9 +245,9 @@ def _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M: t
     return m_i, l_i, acc
 
 
-@triton.jit
-def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPad, Table, PartAcc, PartML, Counters,
-                seqlen_scalar, qk_scale, Sinks, softcap_in, softcap_out, win_left, win_right,
+@triton.jit(do_not_specialize=["count_off"])
+def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPad, Table, PartAcc, Counters,
+                seqlen_scalar, qk_scale, Sinks, softcap_in, softcap_out, win_left, win_right, count_off, ml_off,
                 stride_qb, stride_qs, stride_qh,
                 stride_kcb, stride_kcs, stride_kch,
                 stride_vcb, stride_vcs, stride_vch,
@@ -262,7 +262,10 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                 PREFETCH: tl.constexpr = False, SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
                 SINKS: tl.constexpr = False):
     """grid = (num_splits, B * Hkv, cdiv(Sq * G, BLOCK_M)). q `[B, Sq, Hq, D]`, caches dense `[B_c, S_c, Hkv, D]` or
-    paged `[blocks, PAGE_SIZE, Hkv, D]`, k/v new `[B, Snew, Hkv, D]`, out `[B, Sq, Hq, D]`; last dims contiguous."""
+    paged `[blocks, PAGE_SIZE, Hkv, D]`, k/v new `[B, Snew, Hkv, D]`, out `[B, Sq, Hq, D]`; last dims contiguous.
+    With `SPLIT`: one fp32 workspace, the partial accumulators from PartAcc and their (m, l) pairs from
+    PartAcc + ml_off (one allocation per call, not two); the fused merge's counters are Counters[count_off + tile]
+    (a ring shared by calls: `_splits.counter_slot`; not specialized, it changes every call)."""
     s = tl.program_id(0)
     bk = tl.program_id(1)
     mt = tl.program_id(2)
@@ -334,6 +337,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                               win_left, win_right, SOFTCAP, WINDOW)
 
     if SPLIT:
+        PartML = PartAcc + ml_off
         if k_lo < k_hi:  # an empty split stores nothing; the merge skips it
             part = tile.to(tl.int64) * num_splits + s
             rows = offs_m % BLOCK_M
@@ -343,21 +347,21 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
             tl.store(PartAcc + (part * BLOCK_M + rows)[:, None] * BLOCK_D + offs_d[None, :], acc, mask=row_ok[:, None])
         if FUSED_REDUCE:
             tl.debug_barrier()  # every thread's partial stores before the release below
-            done = tl.atomic_add(Counters + tile, 1, sem="acq_rel")
+            done = tl.atomic_add(Counters + count_off + tile, 1, sem="acq_rel")
             if done == num_splits - 1:  # the last CTA of this tile: merge every non-empty split, reset the counter
                 n_lo, n_hi = _split_span(lo, limit, split_len)
                 m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D,
                                                num_splits, PREFETCH)
                 _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
                         STORE_LSE, HEAD_DIM, BLOCK_D, Sinks, SINKS)
-                tl.atomic_xchg(Counters + tile, 0)
+                tl.atomic_xchg(Counters + count_off + tile, 0)
     else:
         _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
                 STORE_LSE, HEAD_DIM, BLOCK_D, Sinks, SINKS)
 
 
 @triton.jit
-def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, PartML, seqlen_scalar, Sinks, win_left,
+def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, seqlen_scalar, Sinks, win_left, ml_off,
                    stride_ob, stride_os, stride_oh,
                    HQ, HKV, GROUPS, SQ, S_NEW, cap, split_len, num_splits,
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, APPEND: tl.constexpr,
@@ -365,6 +369,7 @@ def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, PartML, seqlen_scalar, Sin
                    BLOCK_D: tl.constexpr = 128, PREFETCH: tl.constexpr = False, WINDOW: tl.constexpr = False,
                    SINKS: tl.constexpr = False):
     """The merge as its own launch (when `FUSED_REDUCE` is off): grid = (B * Hkv, M tiles)."""
+    PartML = PartAcc + ml_off
     bk = tl.program_id(0)
     mt = tl.program_id(1)
     b = bk // HKV

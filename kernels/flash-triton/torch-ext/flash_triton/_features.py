@@ -59,6 +59,13 @@ class Features:
 
 
 PLAIN = Features()
+PLAIN_ARGS = (1.0, 1.0, _UNBOUNDED, _UNBOUNDED)  # `kernel_args(PLAIN, any scale)`
+
+
+def is_plain(softcap, window_size, s_aux) -> bool:
+    """Whether flash-attn's feature arguments are all at their defaults (a cheap test before `parse_features`)."""
+    return (s_aux is None and (softcap is None or (type(softcap) in (float, int) and softcap == 0))
+            and (window_size is None or (type(window_size) is tuple and window_size == (-1, -1))))
 
 
 def parse_features(entry: str, q: torch.Tensor, softcap=0.0, window_size=(-1, -1), s_aux=None) -> Features:
@@ -82,7 +89,8 @@ def parse_features(entry: str, q: torch.Tensor, softcap=0.0, window_size=(-1, -1
             raise bad("s_aux", f"is on {s_aux.device}, q on {q.device}")
         if s_aux.stride(0) != 1:
             raise bad("s_aux", "must be contiguous")
-    return Features(float(cap), window, s_aux is not None)
+    f = Features(float(cap), window, s_aux is not None)
+    return PLAIN if f == PLAIN else f  # the one PLAIN: callers test `is PLAIN`
 
 
 def kernel_args(f: Features, scale: float) -> tuple[float, float, int, int]:
