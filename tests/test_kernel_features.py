@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from interpreter_child import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = ROOT / "kernels" / "flash-triton"
@@ -176,11 +177,7 @@ def _child() -> dict:
 
 @pytest.fixture(scope="module")
 def interp() -> dict:
-    path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child(__file__)
 
 
 def test_child_ran_the_interpreter(interp):

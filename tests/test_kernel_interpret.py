@@ -15,12 +15,12 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from interpreter_child import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = ROOT / "kernels" / "flash-triton"
@@ -286,11 +286,7 @@ def _child_transformers(kernel_hub, rel_err) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def interp() -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
-                                                                                 os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child(__file__)
 
 
 def test_child_ran_the_interpreter(interp):

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from interpreter_child import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,11 +80,7 @@ def _child(out_dir: str) -> dict:
 @pytest.fixture(scope="module")
 def interp(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("padded") / "verify"
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
-                                                                                 os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, __file__, str(out)], capture_output=True, text=True, env=env, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child(__file__, str(out))
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
