@@ -5,7 +5,8 @@
 #   1. cuda tests under FLASH_TRITON_CHECK_LAUNCH=1: prefill (every program, both layouts), decode/kvcache/continuous
 #      batching, the features (the base launches rebuild their descriptors to ask Triton's binder)      (<= 300 s)
 #   2. host_cost.py with the direct launch, then with FLASH_TRITON_FAST_LAUNCH=0 (Triton's binder every call) (<= 90 s)
-#   3. kernel_serving_bench.py decode B 1/16 at 8k: the decode kernel's GPU time after the workspace change (the rest)
+#   3. kernel_serving_bench.py decode B 1/16 at 8k: the decode kernel's GPU time after the workspace change, and
+#      --tune-set merge: the default merge against DecodeConfig(merge_stages=2/3/4) at batch 1 and 4     (the rest)
 set -u
 dest="${OUT:-/tmp/out}/host30"; mkdir -p "$dest"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -18,7 +19,8 @@ echo "host_cost exit=$? at $(( $(date +%s) - t0 ))s"; cat "$dest/host-cost-direc
 FLASH_TRITON_FAST_LAUNCH=0 timeout 45 python3 kernels/flash-triton/host_cost.py > "$dest/host-cost-slow.log" 2>&1
 echo "host_cost (binder every call) exit=$? at $(( $(date +%s) - t0 ))s"; cat "$dest/host-cost-slow.log"
 left=$(( 545 - ($(date +%s) - t0) ))
-timeout "$left" python3 benchmarks/kernel_serving_bench.py --out "$dest" --parts decode --batches 1,16 --kv-lens 8192 \
-  --flex-budget-s -1 > /dev/null 2> "$dest/serving-bench.log"
+timeout "$left" python3 benchmarks/kernel_serving_bench.py --out "$dest" --parts decode,tune --tune-set merge \
+  --batches 1,16 --kv-lens 8192 --flex-budget-s -1 > /dev/null 2> "$dest/serving-bench.log"
 echo "serving bench exit=$? at $(( $(date +%s) - t0 ))s"; tail -2 "$dest/serving-bench.log"
 grep -E "^\| +(1|16) " "$dest/h200-kernel-serving.md" | head -12 | cut -c1-160
+grep -E "merge-pipe|1/SM prefetch" "$dest/h200-kernel-serving.md" | head -24 | cut -c1-160
