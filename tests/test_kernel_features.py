@@ -108,6 +108,12 @@ def _child() -> dict:
         for i in range(2):
             e.add(got[i], q[i], k[i], v[i], causal, scale, cap, window, sinks)
         out[f"dense/{name}"] = e.result()
+        # longer keys than one 128-key block past the diagonal: the unmasked fast loop runs (soft-capped or not)
+        q, k, v = rand(1, 64, hq, d, scale=4.0), rand(1, 300, hkv, d), rand(1, 300, hkv, d)
+        got = mod.flash_attn_func(q, k, v, causal=causal, **kw)
+        e = Errors()
+        e.add(got[0], q[0], k[0], v[0], causal, scale, cap, window, sinks)
+        out[f"dense-long/{name}"] = e.result()
         # packed sequences of 50, 0 and 77 tokens: flash_attn_varlen_func
         lengths = [50, 0, 77]
         cu = torch.tensor([0, 50, 50, 127], dtype=torch.int32)
@@ -150,6 +156,23 @@ def _child() -> dict:
     out["defaults_bitwise"] = bool(torch.equal(mod.flash_attn_func(q, k, v, causal=True),
                                                mod.flash_attn_func(q, k, v, causal=True, softcap=0.0,
                                                                    window_size=(-1, -1), s_aux=None)))
+    # a window that keeps every key runs the plain (or soft-capped) path: the same bits as without it
+    qn, kn, vn = rand(2, 40, hq, d, scale=4.0), rand(2, 90, hkv, d), rand(2, 90, hkv, d)
+    kc, vc, lens = rand(2, 96, hkv, d), rand(2, 96, hkv, d), torch.tensor([90, 33], dtype=torch.int32)
+    q1 = rand(2, 1, hq, d, scale=4.0)
+    out["noop_window_bitwise"] = {
+        "dense-causal": bool(torch.equal(mod.flash_attn_func(qn, kn, vn, causal=True, softcap=7.0),
+                                         mod.flash_attn_func(qn, kn, vn, causal=True, softcap=7.0,
+                                                             window_size=(89, 5)))),
+        "dense-both-sides": bool(torch.equal(mod.flash_attn_func(qn, kn, vn),
+                                             mod.flash_attn_func(qn, kn, vn, window_size=(89, 39)))),
+        "kvcache": bool(torch.equal(mod.flash_attn_with_kvcache(q1, kc, vc, cache_seqlens=lens, causal=True),
+                                    mod.flash_attn_with_kvcache(q1, kc, vc, cache_seqlens=lens, causal=True,
+                                                                window_size=(95, 0)))),
+        # one short of every key: a real window, not the plain path's bits (a key is cut from the longest rows)
+        "dense-one-short-differs": not torch.equal(mod.flash_attn_func(qn, kn, vn, causal=True),
+                                                   mod.flash_attn_func(qn, kn, vn, causal=True, window_size=(88, 0))),
+    }
     refusals = {}
     for arg, kw in (("window_size", dict(window_size=(3,))), ("window_size", dict(window_size=(-2, 0))),
                     ("softcap", dict(softcap=-1.0)), ("s_aux", dict(s_aux=torch.zeros(hq + 1))),
@@ -184,7 +207,7 @@ def test_child_ran_the_interpreter(interp):
     assert interp["interpreted"]
 
 
-@pytest.mark.parametrize("entry", ["dense", "varlen", "kvcache-sq1", "kvcache-sq3", "paged"])
+@pytest.mark.parametrize("entry", ["dense", "dense-long", "varlen", "kvcache-sq1", "kvcache-sq3", "paged"])
 @pytest.mark.parametrize("feature", list(FEATURES))
 def test_feature_matches_the_fp64_oracle(interp, entry, feature):
     r = interp[f"{entry}/{feature}"]
@@ -193,6 +216,10 @@ def test_feature_matches_the_fp64_oracle(interp, entry, feature):
 
 def test_features_off_leave_the_plain_path_bit_for_bit(interp):
     assert interp["defaults_bitwise"]
+
+
+def test_a_window_that_keeps_every_key_runs_the_plain_path(interp):
+    assert all(interp["noop_window_bitwise"].values()), interp["noop_window_bitwise"]
 
 
 def test_malformed_features_are_refused_by_name(interp):
@@ -326,3 +353,10 @@ def test_default_arguments_take_the_one_plain_features_object():
     for args in ((5.0, (-1, -1), None), (0.0, (3, 0), None), (0.0, (-1, -1), torch.zeros(4))):
         assert not feat.is_plain(*args)
     assert feat.kernel_args(feat.PLAIN, 0.125) == feat.PLAIN_ARGS
+    # `effective`: window sides that keep every key go (sq queries over sk keys, bottom-right)
+    w = lambda left, right, cap=0.0: feat.Features(cap, (left, right), False)  # noqa: E731
+    assert feat.effective(w(99, 0), 10, 100, True) is feat.PLAIN  # left >= sk - 1; right under causal
+    assert feat.effective(w(98, 0), 10, 100, True).window == (98, -1)  # the last query would lose key 0
+    assert feat.effective(w(99, 9), 10, 100, False) is feat.PLAIN  # right >= sq - 1
+    assert feat.effective(w(99, 8), 10, 100, False).window == (-1, 8)  # the first query would lose key 99
+    assert feat.effective(w(500, 0, 30.0), 10, 100, True) == feat.Features(30.0, (-1, -1), False)

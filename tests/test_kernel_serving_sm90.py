@@ -117,15 +117,17 @@ def test_fused_merge_counts_with_atomics(decode):
     assert "atomic_rmw" not in decode["paged16-2launch"].asm["ttgir"]  # the second launch merges instead
 
 
-@pytest.mark.parametrize("tma, features", [(True, False), (False, False), (True, True)],
-                         ids=["tma", "pointers", "tma-softcap-window-sinks"])
-def test_varlen_prefill_compiles_on_both_load_paths(tma, features):
-    """Plain, and with every model feature on (`_features.py`: Gemma 2's softcap and window, gpt-oss's sinks)."""
+@pytest.mark.parametrize("tma, features, window", [(True, False, False), (False, False, False), (True, True, True),
+                                                   (True, True, False)],
+                         ids=["tma", "pointers", "tma-softcap-window-sinks", "tma-softcap-sinks"])
+def test_varlen_prefill_compiles_on_both_load_paths(tma, features, window):
+    """Plain, and with the model features on (`_features.py`: Gemma 2's softcap and window, gpt-oss's sinks; without a
+    window, soft-capping runs in the unmasked fast loop too)."""
     fn = _load("_kernel").attention_fwd
     pointers = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", qk_scale="fp32", CuSeqQ="*i32", CuSeqK="*i32",
                     softcap_in="fp32", softcap_out="fp32")
     const = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, CAUSAL=True, USE_TMA=tma, WARP_SPECIALIZE=False,
-                 OVERLAP=False, POLY_EXP=False, LAZY_RESCALE=False, VARLEN=True, SOFTCAP=features, WINDOW=features,
+                 OVERLAP=False, POLY_EXP=False, LAZY_RESCALE=False, VARLEN=True, SOFTCAP=features, WINDOW=window,
                  SINKS=features)
     if features:
         pointers["Sinks"] = "*fp32"

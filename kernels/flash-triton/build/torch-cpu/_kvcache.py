@@ -22,7 +22,7 @@ import torch
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
 from ._config import block_d
 from ._decode import kvcache_fwd, kvcache_reduce
-from ._features import PLAIN, PLAIN_ARGS, Features, kernel_args, parse_features
+from ._features import PLAIN, PLAIN_ARGS, Features, effective, kernel_args, parse_features
 from ._launch import launcher
 from ._splits import DEFAULT, DecodeConfig, counter_slot, plan
 
@@ -197,6 +197,7 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
     page = k_cache.shape[1] if paged else 0
     cfg = (config or DEFAULT).for_head_dim(d, page)
     capacity = block_table.shape[1] * page if paged else k_cache.shape[1]
+    f = effective(f, sq, capacity, bool(causal))  # every key position is < capacity
     s_new = k.shape[1] if k is not None else 0
     out_shape = (batch, sq, hq, d)
     lse_shape = (batch, hq, sq) if return_softmax_lse else None

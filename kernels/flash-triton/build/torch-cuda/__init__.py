@@ -38,6 +38,7 @@ from ._features import (
     PLAIN,
     PLAIN_ARGS,
     Features,
+    effective,
     gluon_problem,
     is_plain,
     kernel_args,
@@ -250,6 +251,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     `_features.parse_features`) and the sinks `s_aux` `[Hq]` are flash-attn's softcap, window_size and s_aux."""
     # _fp32_ok: only the interpreter's own bf16 path (below) runs float32 copies; callers cannot ask for it
     f = features
+    if f is not PLAIN and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 4 == k.dim():
+        f = effective(f, q.shape[1], k.shape[1], bool(causal))  # a window that keeps every key is no window
     key = _signature(q, k, v, causal, config, _fp32_ok, f, s_aux)
     plan = _PLANS.get(key) if key is not None else None
     if plan is None:

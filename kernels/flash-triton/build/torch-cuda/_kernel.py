@@ -116,12 +116,19 @@ def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, s
             SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False):
     """Fold the key blocks [lo, hi) into (acc, l_i, m_i). `MASKED` applies the causal mask, `BOUNDED` (masked
     blocks only) also the end of Sk: only the one block that crosses Sk needs it. `WINDOW` (masked blocks only) keeps
-    key j for row i when i + diag - win_left <= j <= i + diag + win_right; `SOFTCAP` caps the logits (`_scores`)."""
+    key j for row i when i + diag - win_left <= j <= i + diag + win_right; `SOFTCAP` caps the logits (`_scores`), on
+    the masked and the unmasked blocks (these then fold base-2 logits: scale 1)."""
     offs_n = tl.arange(0, BLOCK_N)
+    if SOFTCAP:
+        unmasked_scale = 1.0
+    else:
+        unmasked_scale = qk_scale
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = _load_kv(desc_k, k_base, kv_row0, kv_col, start_n, stride_ks, SK, BLOCK_N, HEAD_DIM, BOUNDED, USE_TMA, BLOCK_D)
         qk = tl.dot(q, tl.trans(k))  # (BLOCK_M, BLOCK_N) fp32
+        if SOFTCAP and not MASKED:
+            qk = _scores(qk, qk_scale, softcap_in, softcap_out, SOFTCAP)
         if MASKED:
             cols = start_n + offs_n
             if BOUNDED:
@@ -143,18 +150,18 @@ def _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col, s
             # FlashAttention-4's conditional rescale: keep a stale running max until some row's max grew by more
             # than 8 (p <= 2^8 then, harmless in fp32 sums and bf16 probabilities), and skip `acc *= alpha`, the
             # largest FMA-pipe item of the loop, on the blocks that don't move it. One block-wide max per block.
-            m_blk = tl.max(qk, 1) * qk_scale
+            m_blk = tl.max(qk, 1) * unmasked_scale
             if tl.max(m_blk - m_i, 0) > 8.0:
                 m_new = tl.maximum(m_i, m_blk)
                 alpha = tl.math.exp2(m_i - m_new)
                 acc = acc * alpha[:, None]
                 l_i = l_i * alpha
                 m_i = m_new
-            p = _exp2_split(qk * qk_scale - m_i[:, None], BLOCK_M, BLOCK_N, POLY_EXP)
+            p = _exp2_split(qk * unmasked_scale - m_i[:, None], BLOCK_M, BLOCK_N, POLY_EXP)
             m_new = m_i
         else:
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            p = _exp2_split(qk * qk_scale - m_new[:, None], BLOCK_M, BLOCK_N, POLY_EXP)
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * unmasked_scale)
+            p = _exp2_split(qk * unmasked_scale - m_new[:, None], BLOCK_M, BLOCK_N, POLY_EXP)
             alpha = tl.math.exp2(m_i - m_new)
         if MASKED or not LAZY_RESCALE:
             l_i = l_i * alpha + tl.sum(p, 1)
@@ -223,8 +230,9 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
     Model features, flash-attn's semantics (`_features.py` turns the entry points' arguments into these): `SOFTCAP`
     caps the logits, `WINDOW` keeps keys [i + diag - win_left, i + diag + win_right] of row i (the host passes a
     bound past every key for an unbounded side), `SINKS` adds exp(Sinks[h]) to each row's softmax denominator
-    (gpt-oss's per-head sink logit, fp32 `[H]`). With any of them the key blocks of a tile run through one masked
-    loop over the blocks the window and the diagonal leave (the plain path's unmasked fast loop assumes none)."""
+    (gpt-oss's per-head sink logit, fp32 `[H]`). With a window the key blocks of a tile run through one masked loop
+    over the blocks the window and the diagonal leave; without one (plain, soft-capped, sinks) through the plain
+    path's loops (the unmasked fast loop caps too)."""
     if CAUSAL:
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest tiles first
     else:
@@ -283,19 +291,16 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
     if VARLEN:  # a tile past the end of its (shorter) sequence: no key block, nothing stored
         full = tl.where(m0 < sq, full, 0)
         end = tl.where(m0 < sq, end, 0)
-    if SOFTCAP or WINDOW:
+    if WINDOW:
         # every block this tile's rows may see, all masked: [row 0's window start, the last row's last key]
-        lo = 0
-        hi = end
-        if WINDOW:
-            lo = tl.maximum(m0 + diag - win_left, 0) // BLOCK_N * BLOCK_N
-            hi = tl.minimum(tl.maximum(m0 + BLOCK_M + diag + win_right, 0), end)  # end: Sk, or the causal limit
+        lo = tl.maximum(m0 + diag - win_left, 0) // BLOCK_N * BLOCK_N
+        hi = tl.minimum(tl.maximum(m0 + BLOCK_M + diag + win_right, 0), end)  # end: Sk, or the causal limit
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                                 stride_ks, stride_vs, lo, tl.maximum(hi, lo), offs_m, diag, sk, qk_scale,
                                 BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, True,
                                 False, BLOCK_D, softcap_in, softcap_out, win_left, win_right, SOFTCAP, WINDOW)
-    else:
-        if OVERLAP:
+    else:  # plain or soft-capped: the unmasked fast loop, then the masked blocks (`_attend` caps in both)
+        if OVERLAP and not SOFTCAP:
             if full > 0:
                 acc, l_i, m_i = _attend_overlap(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                                                 stride_ks, stride_vs, 0, full, sk, qk_scale, BLOCK_N, HEAD_DIM, USE_TMA, BLOCK_D)
@@ -303,18 +308,18 @@ def attention_fwd(Q, K, V, O, desc_q, desc_k, desc_v, qk_scale,
             acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                                     stride_ks, stride_vs, 0, full, offs_m, diag, sk, qk_scale,
                                     BLOCK_N, HEAD_DIM, False, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, POLY_EXP,
-                                    False, LAZY_RESCALE, BLOCK_D)
+                                    False, LAZY_RESCALE, BLOCK_D, softcap_in, softcap_out, 0, 0, SOFTCAP)
         # the masked blocks: the causal diagonal inside Sk, then the one block that crosses Sk (if Sk is ragged)
         ragged = sk // BLOCK_N * BLOCK_N  # >= full
         if CAUSAL:
             acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                                     stride_ks, stride_vs, full, tl.minimum(end, ragged), offs_m, diag, sk, qk_scale,
                                     BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, False,
-                                    False, BLOCK_D)
+                                    False, BLOCK_D, softcap_in, softcap_out, 0, 0, SOFTCAP)
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, desc_k, desc_v, k_base, v_base, kv_row0, kv_col,
                                 stride_ks, stride_vs, ragged, end, offs_m, diag, sk, qk_scale,
                                 BLOCK_N, HEAD_DIM, True, CAUSAL, USE_TMA, WARP_SPECIALIZE, BLOCK_M, False, True, False,
-                                BLOCK_D)
+                                BLOCK_D, softcap_in, softcap_out, 0, 0, SOFTCAP)
 
     if SINKS:  # the sink's logit joins each row's softmax denominator (a row that saw no key: exactly 0 out)
         sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634

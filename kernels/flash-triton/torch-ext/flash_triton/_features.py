@@ -20,11 +20,14 @@ Where a call with a feature goes by default: the program the plain call would ta
 decode program; where the plain call takes a Gluon program, the Triton program, unless FLASH_TRITON_GLUON_FEATURES=1
 asks for the varlen Gluon program (`GLUON_BY_DEFAULT`). It stays opt-in until the H200 has checked that program's
 features against the fp64 oracle and timed them (`scripts/gpu/features31.sh`); an explicit Gluon varlen config
-takes it either way (the CUDA tests and the benchmark do).
+takes it either way (the CUDA tests and the benchmark do). Before any of that, `effective` drops a window side that
+keeps every key (a prompt shorter than the window): such a call is plain attention and runs as one.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -91,6 +94,23 @@ def parse_features(entry: str, q: torch.Tensor, softcap=0.0, window_size=(-1, -1
             raise bad("s_aux", "must be contiguous")
     f = Features(float(cap), window, s_aux is not None)
     return PLAIN if f == PLAIN else f  # the one PLAIN: callers test `is PLAIN`
+
+
+@functools.lru_cache(maxsize=4096)
+def effective(f: Features, sq: int, sk: int, causal: bool) -> Features:
+    """`f` without the window sides that keep every key anyway, for `sq` queries over at most `sk` keys: a left side
+    >= sk - 1 (no query sits past key sk - 1), a right side >= sq - 1 (the first query's position is sk - sq), or any
+    right side under causal (the diagonal cuts first). Gemma's and Mistral's sliding layers on a prompt shorter than
+    their window then run the plain programs (no masked loop; the Gluon ones by default); PLAIN when nothing is left."""
+    if f.window == (-1, -1):
+        return f
+    left, right = f.window
+    if left >= sk - 1:
+        left = -1
+    if right >= 0 and (causal or right >= sq - 1):
+        right = -1
+    g = dataclasses.replace(f, window=(left, right))
+    return PLAIN if g == PLAIN else g
 
 
 def kernel_args(f: Features, scale: float) -> tuple[float, float, int, int]:

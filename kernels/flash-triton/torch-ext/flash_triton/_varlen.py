@@ -27,7 +27,16 @@ import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem, tma_layout
 from ._config import INTERPRETED, Config, block_d, default_config, gluon_preferred, gluon_shape_problem
-from ._features import GLUON_BY_DEFAULT, PLAIN, PLAIN_ARGS, Features, gluon_problem, kernel_args, parse_features
+from ._features import (
+    GLUON_BY_DEFAULT,
+    PLAIN,
+    PLAIN_ARGS,
+    Features,
+    effective,
+    gluon_problem,
+    kernel_args,
+    parse_features,
+)
 from ._kernel import attention_fwd
 from ._splits import cdiv
 
@@ -59,6 +68,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     `attention` (the Triton program, or the Gluon one as `_features.py` says)."""
     if problem := varlen_problem(q, k, v, cu_seqlens_q, cu_seqlens_k):
         raise ValueError(f"flash-triton flash_attn_varlen_func: {problem}")
+    # a window that keeps every key is no window (the packed totals bound every sequence's lengths)
+    features = effective(features, q.shape[0], k.shape[0], bool(causal))
     if config is not None and config.gluon and (
             why := gluon_problem(features, True) or gluon_varlen_unsupported(q, k, v, config)):
         raise ValueError(f"flash-triton flash_attn_varlen_func: {config.label()}: {why}")
