@@ -196,7 +196,8 @@ def tune_rows(mod, hq: int, hkv: int, d: int, l2_bytes: int, which: str = "all")
     the shipped default against the pipelined merges (`merge_stages`), at batch 1 and 4 (where merges are long)."""
     c = mod.DecodeConfig
     if which == "merge":
-        configs = [c(), c(merge_stages=2), c(merge_stages=3), c(merge_stages=4)]
+        configs = [c(), c(merge_stages=2), c(merge_stages=3), c(merge_stages=4),
+                   c(ctas_per_sm=2, merge_stages=3)]  # a cheaper merge may pay for twice the splits
         points = [(b, s) for b, s in TUNE_POINTS if b <= 4]
         return [row for b, s in points for row in _tune_point(mod, configs, b, s, hq, hkv, d, l2_bytes)]
     configs = [c(), c(prefetch_merge=True), c(ctas_per_sm=1), c(ctas_per_sm=1, prefetch_merge=True),
