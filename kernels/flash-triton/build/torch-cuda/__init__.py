@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import itertools
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -167,7 +168,19 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, _fp32_ok:
     return None
 
 
-_PLANS: dict[tuple, tuple] = {}  # call signature -> (kind, config, layout, serial): what `attention` decided for it
+class _Plan(NamedTuple):
+    """What `attention` decided for one call signature (`_plan`)."""
+
+    kind: str  # "empty", "decode", "bf16-interpreter", "gluon" or "triton"
+    cfg: Config | DecodeConfig | None = None
+    layout: str | None = None  # `tma_layout` of q, k, v
+    serial: int = 0  # the launchers' and `_DESCS`' key: an int hashes faster than the signature, and is never reused
+    out_shape: tuple = ()  # the output `attention` allocates: q's layout (a `[B, S, H, D]` view of `[B, H, S, D]`
+    out_strides: tuple = ()  # storage for "heads", else contiguous), made with one `torch.empty_strided`
+    strides: tuple = ()  # the Triton program's 12 stride arguments (q, k, v, out)
+
+
+_PLANS: dict[tuple, _Plan] = {}  # call signature -> what `attention` decided for it
 _MAX_PLANS = 4096
 _SERIALS = itertools.count(1)  # a plan's key for the launchers and `_DESCS`: an int hashes faster than the signature
 
@@ -185,16 +198,16 @@ def _signature(q, k, v, causal, config, fp32_ok, f: Features = PLAIN, s_aux=None
 
 
 def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> tuple:
-    """Check the inputs (ValueError with the reason) and decide the program: ("empty",), ("decode", cfg),
-    ("bf16-interpreter", cfg), ("gluon", cfg, layout, serial) or ("triton", cfg, layout, serial, strides): the
-    Triton program's 12 stride arguments (q, k, v and the output `attention` allocates) are fixed by the signature. Model features (`_features.py`)
+    """Check the inputs (ValueError with the reason) and decide the program (a `_Plan` of kind "empty", "decode",
+    "bf16-interpreter", "gluon" or "triton"); the output's layout and the Triton program's strides are fixed by the
+    signature. Model features (`_features.py`)
     run on the Triton and decode programs and the varlen Gluon program (`_feature_config`)."""
     reason = check_inputs(q, k, v, _fp32_ok=fp32_ok and INTERPRETED)
     if reason is not None:
         raise ValueError(f"flash-triton: {reason}")
     d, sk = q.shape[-1], k.shape[1]
     if q.numel() == 0 or sk == 0:
-        return ("empty",)
+        return _Plan("empty")
     if config is not None and isinstance(config, Config) and config.gluon and (
             reason := gluon_problem(f, config.varlen) or gluon_unsupported(q, k, causal, config)):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
@@ -214,17 +227,17 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
                              "for the decode program")
         cfg = default_config(d, q.device)  # the CPU's bf16 path is the dense program, for any Sq
     if isinstance(cfg, DecodeConfig):  # k/v are a full dense cache: every sequence has Sk keys
-        return ("decode", cfg)
+        return _Plan("decode", cfg)
     if bf16_interp:
-        return ("bf16-interpreter", cfg)
+        return _Plan("bf16-interpreter", cfg)
+    b, sq, hq, _ = q.shape
+    out = (hq * sq * d, d, sq * d, 1) if layout == "heads" else (sq * hq * d, hq * d, d, 1)  # q's layout
     if cfg.gluon:
-        return ("gluon", cfg, layout, next(_SERIALS))
+        return _Plan("gluon", cfg, layout, next(_SERIALS), (b, sq, hq, d), out)
     if cfg.use_tma and (layout is None or block_d(d) != d):
         cfg = dataclasses.replace(cfg, use_tma=False)  # other strides, or a padded head dim: pointer loads
-    b, sq, hq, _ = q.shape
-    out = (hq * sq * d, d, sq * d) if layout == "heads" else (sq * hq * d, hq * d, d)  # `attention`'s allocation
-    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out)
-    return ("triton", cfg, layout, next(_SERIALS), strides)
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out[:3])
+    return _Plan("triton", cfg, layout, next(_SERIALS), (b, sq, hq, d), out, strides)
 
 
 def _feature_config(q, k, causal: bool) -> Config:
@@ -261,14 +274,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
             _PLANS[key] = plan
-    kind = plan[0]
+    kind = plan.kind
     b, sq, hq, d = q.shape
     if kind == "empty":
         return torch.zeros((b, sq, hq, d), dtype=q.dtype, device=q.device)
     if kind == "decode":
-        return kvcache_attention(q, k, v, softmax_scale=softmax_scale, causal=causal, config=plan[1],
+        return kvcache_attention(q, k, v, softmax_scale=softmax_scale, causal=causal, config=plan.cfg,
                                  softcap=f.softcap, window_size=f.window, s_aux=s_aux)
-    cfg = plan[1]
+    cfg = plan.cfg
     if kind == "bf16-interpreter":
         # Triton's interpreter upcasts bf16 tl.dot operands wrongly (values ~1e8, relative error ~1e9): on the
         # CPU only, the program runs on float32 copies (every tl.dot then in fp32) and the result is rounded to
@@ -276,22 +289,19 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         out = attention(q.float(), k.float(), v.float(), softmax_scale, causal, config=cfg, features=f, s_aux=s_aux,
                         _fp32_ok=True)
         return out.to(torch.bfloat16)
-    layout = plan[2]
-    lkey = None if key is None else plan[3]  # not cached (no signature): every launch through Triton's binder
+    layout = plan.layout
+    lkey = None if key is None else plan.serial  # not cached (no signature): every launch through Triton's binder
     sk, hkv = k.shape[1], k.shape[2]
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
     # the output takes q's layout when q is a view of [B, H, S, D] (no copy on the way back to PyTorch's layout)
-    if layout == "heads":
-        out = torch.empty((b, hq, sq, d), dtype=q.dtype, device=q.device).transpose(1, 2)
-    else:
-        out = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
+    out = torch.empty_strided(plan.out_shape, plan.out_strides, dtype=q.dtype, device=q.device)
     if kind == "gluon":
         _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads", key=lkey, f=f,
                       s_aux=s_aux)
         return out
     run = launcher(attention_fwd)
     grid = (cdiv(sq, cfg.block_m), b * hq)
-    rest = (scale * _LOG2E, *plan[4], hq, hq // hkv, sq, sk, None, None, s_aux,
+    rest = (scale * _LOG2E, *plan.strides, hq, hq // hkv, sq, sk, None, None, s_aux,
             *(PLAIN_ARGS if f is PLAIN else kernel_args(f, scale)))
     if cfg.use_tma:
         if run.launch_bases(lkey, grid, (q, k, v, out, q, k, v, *rest)):  # descriptors expanded from their bases
