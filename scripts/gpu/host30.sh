@@ -3,7 +3,7 @@
 # offsets and serial keys (TUNING.md step 16), checked and measured.
 #   EACH_TIMEOUT=560 bash scripts/gpu/run_all.sh host30
 #   1. cuda tests under FLASH_TRITON_CHECK_LAUNCH=1: prefill (every program, both layouts), decode/kvcache/continuous
-#      batching, the features (the base launches rebuild their descriptors to ask Triton's binder)      (<= 300 s)
+#      batching (the base launches rebuild their descriptors to ask Triton's binder; the features: features31)  (<= 300 s)
 #   2. host_cost.py with the direct launch, then with FLASH_TRITON_FAST_LAUNCH=0 (Triton's binder every call) (<= 90 s)
 #   3. kernel_serving_bench.py decode B 1/16 at 8k: the decode kernel's GPU time after the workspace change, and
 #      --tune-set merge: the default merge against DecodeConfig(merge_stages=2/3/4) at batch 1 and 4     (the rest)
@@ -12,7 +12,7 @@ dest="${OUT:-/tmp/out}/host30"; mkdir -p "$dest"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 t0=$(date +%s)
 FLASH_TRITON_CHECK_LAUNCH=1 timeout 300 python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_kernel_cuda.py \
-  tests/test_kernel_serving_cuda.py tests/test_kernel_features.py > "$dest/cuda-tests.log" 2>&1
+  tests/test_kernel_serving_cuda.py > "$dest/cuda-tests.log" 2>&1
 echo "cuda tests exit=$? at $(( $(date +%s) - t0 ))s"; grep -E "passed|failed|FAILED|Error" "$dest/cuda-tests.log" | tail -8 | cut -c1-300
 timeout 45 python3 kernels/flash-triton/host_cost.py > "$dest/host-cost-direct.log" 2>&1
 echo "host_cost exit=$? at $(( $(date +%s) - t0 ))s"; cat "$dest/host-cost-direct.log"
