@@ -56,7 +56,7 @@ def _usage(kernel, tmp: Path) -> tuple[int, int]:
     return int(re.search(r"REG:(\d+)", out).group(1)), int(re.search(r"LOCAL:(\d+)", out).group(1))
 
 
-def compile_decode(page: int, append: bool, fused: bool, d: int = 128, merge_stages: int = 0):
+def compile_decode(page: int, append: bool, fused: bool, d: int = 128, merge_stages: int = 0, softcap: bool = False):
     """The decode program as the shipped default config launches it at head dim d (`DecodeConfig.for_head_dim`), or
     with its merge loop through the pipeliner (`merge_stages`)."""
     fn = _load("_decode").kvcache_fwd
@@ -68,7 +68,7 @@ def compile_decode(page: int, append: bool, fused: bool, d: int = 128, merge_sta
                  APPEND=append, HAS_SEQLENS=True, HAS_BATCH_IDX=False, HAS_LEFTPAD=False, SPLIT=True,
                  FUSED_REDUCE=fused, STORE_LSE=False, PREFETCH=cfg.prefetch_merge, MERGE_STAGES=cfg.merge_stages,
                  LSE=None, BatchIdx=None,
-                 LeftPad=None, Sinks=None, SOFTCAP=False, WINDOW=False, SINKS=False)
+                 LeftPad=None, Sinks=None, SOFTCAP=softcap, WINDOW=False, SINKS=False)
     if not append:
         const.update(KNew=None, VNew=None)
     if not page:
@@ -86,10 +86,12 @@ pytestmark = pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason="this T
 def decode():
     return {"dense": compile_decode(0, False, True), "paged64-append": compile_decode(64, True, True),
             "paged16-2launch": compile_decode(16, False, False), "dense-d256": compile_decode(0, False, True, d=256),
-            "dense-merge-pipe3": compile_decode(0, False, True, merge_stages=3)}
+            "dense-merge-pipe3": compile_decode(0, False, True, merge_stages=3),
+            "dense-softcap": compile_decode(0, False, True, softcap=True)}
 
 
-@pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch", "dense-d256", "dense-merge-pipe3"])
+@pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch", "dense-d256", "dense-merge-pipe3",
+                                     "dense-softcap"])
 def test_decode_program_is_pipelined_without_spills(decode, variant, tmp_path):
     kernel = decode[variant]
     regs, local = _usage(kernel, tmp_path)
@@ -110,6 +112,13 @@ def test_pipelined_merge_streams_the_partials_through_async_copies(decode):
     count = lambda k: k.asm["ttgir"].count("async_copy_global_to_local")  # noqa: E731
     assert count(decode["dense-merge-pipe3"]) > count(decode["dense"]) + 4
     assert decode["dense-merge-pipe3"].metadata.shared <= SMEM_PER_SM
+
+
+def test_soft_capping_runs_tanh_on_the_special_function_unit(decode):
+    """Compiled, `_tanh` is one `tanh.approx.f32` (flash-attn's `cutlass::fast_tanh`); the exp2 form is the
+    interpreter's only."""
+    assert "tanh.approx.f32" in decode["dense-softcap"].asm["ptx"]
+    assert "tanh.approx" not in decode["dense"].asm["ptx"]
 
 
 def test_fused_merge_counts_with_atomics(decode):

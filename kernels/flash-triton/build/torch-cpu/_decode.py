@@ -127,6 +127,28 @@ def _split_span(lo, limit, split_len):
 
 
 @triton.jit
+def _probe():
+    pass
+
+
+if isinstance(_probe, triton.runtime.jit.JITFunction):  # compiled: tanh on the special-function unit
+
+    @triton.jit
+    def _tanh(x):
+        """`tanh.approx.f32`, as `_kernel._tanh` (this module is compiled on its own too, so it imports nothing)."""
+        return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                         pack=1)
+else:  # Triton's interpreter runs no inline assembly
+
+    @triton.jit
+    def _tanh(x):
+        """tanh from exp2: sign(x) (1 - e^-2|x|) / (1 + e^-2|x|)."""
+        e = tl.math.exp2(tl.abs(x) * -2.8853900817779268)
+        t = (1.0 - e) / (1.0 + e)
+        return tl.where(x < 0, -t, t)
+
+
+@triton.jit
 def _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL: tl.constexpr,
           softcap_in, softcap_out, win_left, win_right, SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
     """One key block into the online softmax: keys `pos` (`ok`: inside this split), `row_lim` each row's position
@@ -137,11 +159,8 @@ def _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL: tl.constex
         keep = keep & (pos[None, :] <= row_lim[:, None])
     if WINDOW:
         keep = keep & (pos[None, :] >= row_lim[:, None] - win_left) & (pos[None, :] <= row_lim[:, None] + win_right)
-    if SOFTCAP:  # cap·tanh(scale·qk / cap), base 2 (`_features.kernel_args`); tanh from exp2, as `_kernel._tanh`
-        x = qk * softcap_in
-        e = tl.math.exp2(tl.abs(x) * -2.8853900817779268)
-        t = (1.0 - e) / (1.0 + e)
-        qk = tl.where(x < 0, -t, t) * softcap_out
+    if SOFTCAP:  # cap·tanh(scale·qk / cap), base 2 (`_features.kernel_args`)
+        qk = _tanh(qk * softcap_in) * softcap_out
     else:
         qk = qk * qk_scale
     qk = tl.where(keep, qk, float("-inf"))
