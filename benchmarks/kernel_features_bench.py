@@ -1,10 +1,9 @@
 """flash-triton with model features (softcap, sliding window, sinks) against the plain path, on the GPU.
 
 Issue 31 asks the features to run at >= 0.95x the speed of the plain path. The plain prefill call runs a Gluon
-program on the H200; a call with a feature runs, by default, the Triton prefill program (one masked loop per tile),
-or the varlen Gluon program, the one Gluon program that computes the features (`_features.py`), when
-FLASH_TRITON_GLUON_FEATURES=1 or when named explicitly; decode runs the split-KV program either way, with a switch
-on. This prints GPU time per call from CUDA-graph replays (`attnprof.bench.timing.time_call`) and the ratio to the
+program on sm_90; a call with a feature runs, by default, the varlen Gluon program, the one Gluon program that
+computes the features (`_features.py`), and with FLASH_TRITON_GLUON_FEATURES=0 the Triton prefill program; decode
+runs the split-KV program either way, with a switch on. This prints GPU time per call from CUDA-graph replays (`attnprof.bench.timing.time_call`) and the ratio to the
 plain default call of the same shape, for prefill at 2x4096 (head dim 128, 32/8 heads; and Gemma 2's 256, 16/8),
 each feature both ways (default, and `gluon varlen` named), and decode at B 1/16 over 8k keys (32/8 heads, head
 dim 128), bf16. A sliding window does less work than the plain causal call: its ratio may pass 1.
@@ -42,8 +41,8 @@ def main() -> int:
         return case
 
     print(f"{'call':<40} {'case':<12} {'gpu us':>9} {'x plain':>8}")
-    print(f"(FLASH_TRITON_GLUON_FEATURES={'1' if mod._features.GLUON_BY_DEFAULT else 'unset'}: the default of a "
-          "prefill call with a feature)")
+    print(f"(the default of a prefill call with a feature: "
+          f"{'the varlen Gluon program' if mod._features.GLUON_BY_DEFAULT else 'the Triton program'})")
 
     def gluon_varlen(q, k, v, kw, d):  # the varlen Gluon program named, as the CUDA tests call it
         cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,

@@ -288,8 +288,8 @@ GLUON_CASES = [(f, 128) for f in GLUON_FEATURES] + [("all", 64), ("sinks", 64), 
 @pytest.mark.cuda
 @pytest.mark.parametrize("feature,d", GLUON_CASES, ids=[f"{f}-d{d}" for f, d in GLUON_CASES])
 def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d):
-    """The varlen Gluon program (the only Gluon one that takes the features; FLASH_TRITON_GLUON_FEATURES=1 makes it the
-    default) named explicitly: a dense call in both TMA layouts with ragged lengths (the shifted last key block), and
+    """The varlen Gluon program (the only Gluon one that takes the features, and their default where the plain call
+    takes a Gluon program) named explicitly: a dense call in both TMA layouts with ragged lengths (the shifted last key block), and
     packed sequences, bf16, at gpt-oss's, Mistral's and Gemma 2's head dims."""
     import torch
 

@@ -242,7 +242,8 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
 
 def _feature_config(q, k, causal: bool) -> Config:
     """The program of a call with model features whose plain twin would run a Gluon program: the varlen Gluon program
-    where FLASH_TRITON_GLUON_FEATURES=1 (`_features.GLUON_BY_DEFAULT`) and it takes the tensors, else the Triton one."""
+    where it takes the tensors (unless FLASH_TRITON_GLUON_FEATURES=0: `_features.GLUON_BY_DEFAULT`), else the Triton
+    one."""
     d = q.shape[-1]
     if GLUON_BY_DEFAULT:
         cfg = GLUON_WS_256_VARLEN if d == 256 else GLUON_WS_VARLEN
