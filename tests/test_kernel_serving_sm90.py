@@ -114,11 +114,11 @@ def test_pipelined_merge_streams_the_partials_through_async_copies(decode):
     assert decode["dense-merge-pipe3"].metadata.shared <= SMEM_PER_SM
 
 
-def test_soft_capping_runs_tanh_on_the_special_function_unit(decode):
-    """Compiled, `_tanh` is one `tanh.approx.f32` (flash-attn's `cutlass::fast_tanh`); the exp2 form is the
-    interpreter's only."""
-    assert "tanh.approx.f32" in decode["dense-softcap"].asm["ptx"]
-    assert "tanh.approx" not in decode["dense"].asm["ptx"]
+def test_soft_capping_compiles_without_spills_or_inline_assembly(decode, tmp_path):
+    """The decode program's softcap keeps the exp2 form of tanh: `tanh.approx.f32` ran batch-1 decode 1.9x slower on
+    the GPU (session 10), so it is the Gluon program's only."""
+    regs, local = _usage(decode["dense-softcap"], tmp_path)
+    assert local == 0 and "tanh.approx" not in decode["dense-softcap"].asm["ptx"]
 
 
 def test_fused_merge_counts_with_atomics(decode):

@@ -127,25 +127,12 @@ def _split_span(lo, limit, split_len):
 
 
 @triton.jit
-def _probe():
-    pass
-
-
-if isinstance(_probe, triton.runtime.jit.JITFunction):  # compiled: tanh on the special-function unit
-
-    @triton.jit
-    def _tanh(x):
-        """`tanh.approx.f32`, as `_kernel._tanh` (this module is compiled on its own too, so it imports nothing)."""
-        return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
-                                         pack=1)
-else:  # Triton's interpreter runs no inline assembly
-
-    @triton.jit
-    def _tanh(x):
-        """tanh from exp2: sign(x) (1 - e^-2|x|) / (1 + e^-2|x|)."""
-        e = tl.math.exp2(tl.abs(x) * -2.8853900817779268)
-        t = (1.0 - e) / (1.0 + e)
-        return tl.where(x < 0, -t, t)
+def _tanh(x):
+    """tanh from exp2, as `_kernel._tanh` (this module is compiled on its own too, so it imports nothing; why not
+    `tanh.approx.f32`: there)."""
+    e = tl.math.exp2(tl.abs(x) * -2.8853900817779268)
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
 
 
 @triton.jit
