@@ -191,21 +191,14 @@ def varlen_rows(mod, lengths: list[int], hq: int, hkv: int, d: int, flex_ok: boo
     return rows
 
 
-def tune_rows(mod, hq: int, hkv: int, d: int, l2_bytes: int, which: str = "all") -> list[dict]:
-    """Decode configs on a few points, graph-timed: the data behind TUNING.md's decode step. `which` "merge": only
-    the shipped default against the pipelined merges (`merge_stages`), at batch 1 and 4 (where merges are long)."""
+def tune_rows(mod, hq: int, hkv: int, d: int, l2_bytes: int) -> list[dict]:
+    """Decode configs on a few points, graph-timed: the data behind TUNING.md's decode step."""
     c = mod.DecodeConfig
-    if which == "merge":
-        configs = [c(), c(merge_stages=2), c(merge_stages=3), c(merge_stages=4),
-                   c(ctas_per_sm=2, merge_stages=3)]  # a cheaper merge may pay for twice the splits
-        points = [(b, s) for b, s in TUNE_POINTS if b <= 4]
-        return [row for b, s in points for row in _tune_point(mod, configs, b, s, hq, hkv, d, l2_bytes)]
     configs = [c(), c(prefetch_merge=True), c(ctas_per_sm=1), c(ctas_per_sm=1, prefetch_merge=True),
                c(block_n=128, ctas_per_sm=1), c(block_n=128, ctas_per_sm=1, prefetch_merge=True),
                c(num_stages=4, ctas_per_sm=1, prefetch_merge=True), c(num_warps=2, ctas_per_sm=1, prefetch_merge=True),
                c(fused_reduce=False, prefetch_merge=True), c(fused_reduce=False, ctas_per_sm=1, prefetch_merge=True),
-               c(ctas_per_sm=3, prefetch_merge=True), c(block_n=128, prefetch_merge=True),
-               c(merge_stages=2), c(merge_stages=3), c(merge_stages=4)]  # session 10: the merge through the pipeliner
+               c(ctas_per_sm=3, prefetch_merge=True), c(block_n=128, prefetch_merge=True)]
     return [row for b, s in TUNE_POINTS for row in _tune_point(mod, configs, b, s, hq, hkv, d, l2_bytes)]
 
 
@@ -240,8 +233,6 @@ def main() -> int:
     p.add_argument("--kv-heads", type=int, default=8)
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--flex-budget-s", type=float, default=40.0, help="stop compiling flex cells after this long")
-    p.add_argument("--tune-set", choices=("all", "merge"), default="all",
-                   help="the tune part's configs: all, or the default against the pipelined merges")
     add_kernel_args(p)
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -282,7 +273,7 @@ def main() -> int:
         save()
         print(f"varlen done ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
     if "tune" in parts:
-        rows += tune_rows(mod, args.heads, args.kv_heads, args.head_dim, l2, args.tune_set)
+        rows += tune_rows(mod, args.heads, args.kv_heads, args.head_dim, l2)
         save()
         print(f"tune done ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
     print(save())

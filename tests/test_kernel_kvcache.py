@@ -22,11 +22,10 @@ from interpreter_child import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = ROOT / "kernels" / "flash-triton"
-# name -> (splits, fused merge, prefetching merge, merge through the pipeliner: stages)
-SPLITS = {"one": (1, True, False, 0), "three-fused": (3, True, False, 0), "three-2-launch": (3, False, False, 0),
-          "seven-fused-prefetch": (7, True, True, 0), "seven-2-launch-prefetch": (7, False, True, 0),
-          "seven-fused-pipelined": (7, True, False, 3), "seven-2-launch-pipelined": (7, False, False, 3),
-          "heuristic": (0, True, False, 0)}
+# name -> (splits, fused merge, prefetching merge)
+SPLITS = {"one": (1, True, False), "three-fused": (3, True, False), "three-2-launch": (3, False, False),
+          "seven-fused-prefetch": (7, True, True), "seven-2-launch-prefetch": (7, False, True),
+          "heuristic": (0, True, False)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -72,8 +71,8 @@ def _child() -> dict:
     b, s, hq, hkv, d = 3, 200, 4, 2, 64
     kc, vc, q, kn, vn = rand(b, s, hkv, d), rand(b, s, hkv, d), rand(b, 1, hq, d), rand(b, 1, hkv, d), rand(b, 1, hkv, d)
     seqlens = torch.tensor([50, 0, 130], dtype=torch.int32)
-    for name, (splits, fused, prefetch, stages) in SPLITS.items():
-        cfg = mod.DecodeConfig(block_n=32, fused_reduce=fused, prefetch_merge=prefetch, merge_stages=stages)
+    for name, (splits, fused, prefetch) in SPLITS.items():
+        cfg = mod.DecodeConfig(block_n=32, fused_reduce=fused, prefetch_merge=prefetch)
         r, out, kc1, vc1, kc0 = _check_call(mod, q, kc, vc, kn, vn, seqlens, True, num_splits=splits, config=cfg)
         written = all(torch.equal(kc1[i, seqlens[i]], kn[i, 0]) and torch.equal(vc1[i, seqlens[i]], vn[i, 0])
                       for i in range(b))

@@ -56,17 +56,16 @@ def _usage(kernel, tmp: Path) -> tuple[int, int]:
     return int(re.search(r"REG:(\d+)", out).group(1)), int(re.search(r"LOCAL:(\d+)", out).group(1))
 
 
-def compile_decode(page: int, append: bool, fused: bool, d: int = 128, merge_stages: int = 0, softcap: bool = False):
-    """The decode program as the shipped default config launches it at head dim d (`DecodeConfig.for_head_dim`), or
-    with its merge loop through the pipeliner (`merge_stages`)."""
+def compile_decode(page: int, append: bool, fused: bool, d: int = 128, softcap: bool = False):
+    """The decode program as the shipped default config launches it at head dim d (`DecodeConfig.for_head_dim`)."""
     fn = _load("_decode").kvcache_fwd
-    cfg = _load("_splits").DecodeConfig(merge_stages=merge_stages).for_head_dim(d)
+    cfg = _load("_splits").DecodeConfig().for_head_dim(d)
     pointers = {n: "*bf16" for n in ("Q", "KCache", "VCache", "KNew", "VNew", "O")}
     pointers.update(LSE="*fp32", Seqlens="*i32", BatchIdx="*i32", LeftPad="*i32", Table="*i32", PartAcc="*fp32",
                     Counters="*i32", qk_scale="fp32", softcap_in="fp32", softcap_out="fp32")
     const = dict(HEAD_DIM=d, BLOCK_D=d, BLOCK_M=16, BLOCK_N=cfg.block_n, PAGE_SIZE=page, CAUSAL=append,
                  APPEND=append, HAS_SEQLENS=True, HAS_BATCH_IDX=False, HAS_LEFTPAD=False, SPLIT=True,
-                 FUSED_REDUCE=fused, STORE_LSE=False, PREFETCH=cfg.prefetch_merge, MERGE_STAGES=cfg.merge_stages,
+                 FUSED_REDUCE=fused, STORE_LSE=False, PREFETCH=cfg.prefetch_merge,
                  LSE=None, BatchIdx=None,
                  LeftPad=None, Sinks=None, SOFTCAP=softcap, WINDOW=False, SINKS=False)
     if not append:
@@ -86,12 +85,10 @@ pytestmark = pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason="this T
 def decode():
     return {"dense": compile_decode(0, False, True), "paged64-append": compile_decode(64, True, True),
             "paged16-2launch": compile_decode(16, False, False), "dense-d256": compile_decode(0, False, True, d=256),
-            "dense-merge-pipe3": compile_decode(0, False, True, merge_stages=3),
             "dense-softcap": compile_decode(0, False, True, softcap=True)}
 
 
-@pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch", "dense-d256", "dense-merge-pipe3",
-                                     "dense-softcap"])
+@pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch", "dense-d256", "dense-softcap"])
 def test_decode_program_is_pipelined_without_spills(decode, variant, tmp_path):
     kernel = decode[variant]
     regs, local = _usage(kernel, tmp_path)
@@ -104,14 +101,6 @@ def test_decode_program_is_pipelined_without_spills(decode, variant, tmp_path):
 def test_paged_cache_keeps_the_dense_pipeline_depth(decode):
     dense, paged = decode["dense"].metadata.shared, decode["paged64-append"].metadata.shared
     assert paged >= dense, f"paged decode buffers {paged} B of K/V, dense {dense} B: fewer stages in flight"
-
-
-def test_pipelined_merge_streams_the_partials_through_async_copies(decode):
-    """`DecodeConfig(merge_stages=3)`: the pipeliner takes the merge loop (two splits' partials in flight), where the
-    default's merge prefetches one split by hand in registers; same shared memory (the K/V stages are free by then)."""
-    count = lambda k: k.asm["ttgir"].count("async_copy_global_to_local")  # noqa: E731
-    assert count(decode["dense-merge-pipe3"]) > count(decode["dense"]) + 4
-    assert decode["dense-merge-pipe3"].metadata.shared <= SMEM_PER_SM
 
 
 def test_soft_capping_compiles_without_spills_or_inline_assembly(decode, tmp_path):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 30 item 2 on the GPU (prepared in session 10, not run yet): the direct C launch, one decode workspace, ring
-# offsets and serial keys (TUNING.md step 16), checked and measured.
+# offsets and serial keys (TUNING.md step 16), checked and measured. Ran at git 1916d73; `--tune-set merge` and
+# `merge_stages` were taken out after it (TUNING.md step 17), so step 3 no longer runs as written.
 #   EACH_TIMEOUT=560 bash scripts/gpu/run_all.sh host30
 #   1. cuda tests under FLASH_TRITON_CHECK_LAUNCH=1: prefill (every program, both layouts), decode/kvcache/continuous
 #      batching (the base launches rebuild their descriptors to ask Triton's binder; the features: features31)  (<= 300 s)

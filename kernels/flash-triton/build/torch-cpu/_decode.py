@@ -223,27 +223,20 @@ def _partial(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M: tl.c
 
 @triton.jit
 def _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M: tl.constexpr,
-                   HEAD_DIM: tl.constexpr, NUM_SPLITS_MAX, PREFETCH: tl.constexpr = False,
-                   MERGE_STAGES: tl.constexpr = 0):
+                   HEAD_DIM: tl.constexpr, NUM_SPLITS_MAX, PREFETCH: tl.constexpr = False):
     """Merge the partials of splits [n_lo, n_hi) of one (b, kv head, M tile). Partials `[tiles, splits, BLOCK_M, D]`
     (acc) and `[tiles, splits, BLOCK_M, 2]` (m, l); HEAD_DIM here is the partials' width, BLOCK_D.
 
     The merge is a chain of L2 round trips, one per split. `PREFETCH` loads split s + 1 before merging split s, so
-    each round trip overlaps the previous merge. `MERGE_STAGES` > 0 instead hands the loop to Triton's software
-    pipeliner (`tl.range(num_stages=MERGE_STAGES)`: MERGE_STAGES - 1 splits' partials in flight through shared
-    memory, `cp.async`), a deeper prefetch for the ~16-split merge of batch-1 decode. (Four splits per step as one
-    [4, BLOCK_M, D] load, tried on the H200, ran 2-3x slower than this loop: `scripts/gpu/decode30a.sh`.)"""
+    each round trip overlaps the previous merge. (Four splits per step as one [4, BLOCK_M, D] load, tried on the
+    H200, ran 2-3x slower than this loop: `scripts/gpu/decode30a.sh`; the loop through Triton's pipeliner, 1-2 more
+    splits in flight, was no faster: TUNING.md step 17.)"""
     offs_d = tl.arange(0, HEAD_DIM)
     rows = offs_m % BLOCK_M
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    if MERGE_STAGES > 0:
-        for s in tl.range(n_lo, n_hi, num_stages=MERGE_STAGES):
-            m_s, l_s, acc_s = _partial(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                                       NUM_SPLITS_MAX)
-            m_i, l_i, acc = _merge(m_i, l_i, acc, m_s, l_s, acc_s)
-    elif PREFETCH:
+    if PREFETCH:
         m_n, l_n, acc_n = _partial(PartAcc, PartML, tile, n_lo, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
                                    NUM_SPLITS_MAX)
         for s in range(n_lo, n_hi):
@@ -274,7 +267,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                 HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr, SPLIT: tl.constexpr,
                 FUSED_REDUCE: tl.constexpr, STORE_LSE: tl.constexpr, BLOCK_D: tl.constexpr = 128,
                 PREFETCH: tl.constexpr = False, SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
-                SINKS: tl.constexpr = False, MERGE_STAGES: tl.constexpr = 0):
+                SINKS: tl.constexpr = False):
     """grid = (num_splits, B * Hkv, cdiv(Sq * G, BLOCK_M)). q `[B, Sq, Hq, D]`, caches dense `[B_c, S_c, Hkv, D]` or
     paged `[blocks, PAGE_SIZE, Hkv, D]`, k/v new `[B, Snew, Hkv, D]`, out `[B, Sq, Hq, D]`; last dims contiguous.
     With `SPLIT`: one fp32 workspace, the partial accumulators from PartAcc and their (m, l) pairs from
@@ -365,7 +358,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
             if done == num_splits - 1:  # the last CTA of this tile: merge every non-empty split, reset the counter
                 n_lo, n_hi = _split_span(lo, limit, split_len)
                 m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D,
-                                               num_splits, PREFETCH, MERGE_STAGES)
+                                               num_splits, PREFETCH)
                 _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
                         STORE_LSE, HEAD_DIM, BLOCK_D, Sinks, SINKS)
                 tl.atomic_xchg(Counters + count_off + tile, 0)
@@ -381,7 +374,7 @@ def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, seqlen_scalar, Sinks, win_
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, APPEND: tl.constexpr,
                    HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, STORE_LSE: tl.constexpr,
                    BLOCK_D: tl.constexpr = 128, PREFETCH: tl.constexpr = False, WINDOW: tl.constexpr = False,
-                   SINKS: tl.constexpr = False, MERGE_STAGES: tl.constexpr = 0):
+                   SINKS: tl.constexpr = False):
     """The merge as its own launch (when `FUSED_REDUCE` is off): grid = (B * Hkv, M tiles)."""
     PartML = PartAcc + ml_off
     bk = tl.program_id(0)
@@ -395,6 +388,6 @@ def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, seqlen_scalar, Sinks, win_
     limit = _key_limit(mt, total, SQ, GROUPS, CAUSAL, BLOCK_M)
     n_lo, n_hi = _split_span(lo, limit, split_len)
     m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D, num_splits,
-                                   PREFETCH, MERGE_STAGES)
+                                   PREFETCH)
     _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
             STORE_LSE, HEAD_DIM, BLOCK_D, Sinks, SINKS)

@@ -40,9 +40,6 @@ class DecodeConfig:
     # as long: less to merge, longer K/V streams) was faster at batch 1-4 and equal above (decode30b.sh)
     ctas_per_sm: int = 1
     prefetch_merge: bool = True  # the merge loads split s + 1 before merging split s (`_decode._reduce_splits`)
-    # > 0: the merge loop through Triton's pipeliner instead, merge_stages - 1 splits in flight (session 10, compiled
-    # for sm_90 on the CPU, not yet timed: `benchmarks/kernel_serving_bench.py --parts tune` has it)
-    merge_stages: int = 0
 
     def for_head_dim(self, d: int, page: int = 0) -> DecodeConfig:
         """This config with block_n decided: 128-key tiles up to head dim 128 (three stages of K and V: 192 KiB of
@@ -57,8 +54,7 @@ class DecodeConfig:
         return (f"decode {self.block_n or 'auto'} w{self.num_warps} s{self.num_stages} "
                 + ("fused" if self.fused_reduce else "2-launch")
                 + (f" splits={self.num_splits}" if self.num_splits else "")
-                + f" {self.ctas_per_sm}/SM" + (" prefetch" if self.prefetch_merge and not self.merge_stages else "")
-                + (f" merge-pipe{self.merge_stages}" if self.merge_stages else ""))
+                + f" {self.ctas_per_sm}/SM" + (" prefetch" if self.prefetch_merge else ""))
 
 
 DEFAULT = DecodeConfig()
