@@ -37,7 +37,6 @@ from ._checks import head_dim_problem, refuse_unsupported, tma_layout
 from ._features import (
     GLUON_BY_DEFAULT,
     PLAIN,
-    PLAIN_ARGS,
     Features,
     effective,
     gluon_problem,
@@ -200,8 +199,8 @@ def _signature(q, k, v, causal, config, fp32_ok, f: Features = PLAIN, s_aux=None
 def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> tuple:
     """Check the inputs (ValueError with the reason) and decide the program (a `_Plan` of kind "empty", "decode",
     "bf16-interpreter", "gluon" or "triton"); the output's layout and the Triton program's strides are fixed by the
-    signature. Model features (`_features.py`)
-    run on the Triton and decode programs and the varlen Gluon program (`_feature_config`)."""
+    signature. Model features (`_features.py`) run on the Triton and decode programs and the varlen Gluon program
+    (`_feature_config`)."""
     reason = check_inputs(q, k, v, _fp32_ok=fp32_ok and INTERPRETED)
     if reason is not None:
         raise ValueError(f"flash-triton: {reason}")
@@ -303,7 +302,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     run = launcher(attention_fwd)
     grid = (cdiv(sq, cfg.block_m), b * hq)
     rest = (scale * _LOG2E, *plan.strides, hq, hq // hkv, sq, sk, None, None, s_aux,
-            *(PLAIN_ARGS if f is PLAIN else kernel_args(f, scale)))
+            *kernel_args(f, scale))
     if cfg.use_tma:
         if run.launch_bases(lkey, grid, (q, k, v, out, q, k, v, *rest)):  # descriptors expanded from their bases
             return out

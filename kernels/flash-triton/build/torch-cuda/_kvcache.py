@@ -22,7 +22,7 @@ import torch
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
 from ._config import block_d
 from ._decode import kvcache_fwd, kvcache_reduce
-from ._features import PLAIN, PLAIN_ARGS, Features, effective, kernel_args, parse_features
+from ._features import PLAIN, Features, effective, kernel_args, parse_features
 from ._launch import launcher
 from ._splits import DEFAULT, DecodeConfig, counter_slot, plan
 
@@ -148,17 +148,14 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
     count, count_off = counter_slot(q.device, call.tiles) if call.counted else (None, 0)
     if cache_seqlens is None:
         seqlens, seqlen_scalar = None, call.capacity
-    elif type(cache_seqlens) is torch.Tensor or isinstance(cache_seqlens, torch.Tensor):
+    elif isinstance(cache_seqlens, torch.Tensor):
         seqlens, seqlen_scalar = cache_seqlens, 0
     else:
         seqlens, seqlen_scalar = None, int(cache_seqlens)
     raw_scale = q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
     # the launchers' key: an int length is a runtime argument Triton specializes (== 1, % 16)
     key_fwd = None if key is None else (call.serial, _int_class(seqlen_scalar))
-    if call.features is PLAIN:
-        cap_in, cap_out, win_left, win_right = PLAIN_ARGS
-    else:
-        cap_in, cap_out, win_left, win_right = kernel_args(call.features, raw_scale)
+    cap_in, cap_out, win_left, win_right = kernel_args(call.features, raw_scale)
     _FWD(key_fwd, call.fwd_grid,
          (q, k_cache, v_cache, k, v, out, lse, seqlens, cache_batch_idx, cache_leftpad, block_table, part, count,
           seqlen_scalar, raw_scale * _LOG2E, s_aux, cap_in, cap_out, win_left, win_right, count_off, *call.fwd_tail),

@@ -11,7 +11,8 @@ whole number of key blocks.
 
 Counters (the fused merge): one int32 per (b, kv head, M tile), 0 before a call and put back to 0 by the CTA that
 merges. They come from a ring of zeros per device, handed out as consecutive ranges (the ring and the range's first
-index: a slice would cost a tensor view per call), so calls in flight on different streams use different counters. The first ring is made outside any CUDA-graph capture (zeros must be
+index: a slice would cost a tensor view per call), so calls in flight on different streams use different counters.
+The first ring is made outside any CUDA-graph capture (zeros must be
 real before a graph reads them); a call whose first use is inside a capture gets its own zeroed counters (the
 memset is captured with it).
 """

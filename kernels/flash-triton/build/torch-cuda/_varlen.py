@@ -30,7 +30,6 @@ from ._config import INTERPRETED, Config, block_d, default_config, gluon_preferr
 from ._features import (
     GLUON_BY_DEFAULT,
     PLAIN,
-    PLAIN_ARGS,
     Features,
     effective,
     gluon_problem,
@@ -159,7 +158,7 @@ def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
 def gluon_feature_args(f: Features, scale: float, s_aux) -> tuple[float, tuple]:
     """The varlen Gluon program's qk_scale (cap·log2(e) under soft-capping: it caps the raw scores itself) and its
     runtime feature arguments (Sinks, softcap_in, win_left, win_right)."""
-    cap_in, cap_out, win_left, win_right = PLAIN_ARGS if f is PLAIN else kernel_args(f, scale)
+    cap_in, cap_out, win_left, win_right = kernel_args(f, scale)
     return (cap_out if f.softcap > 0 else scale * _LOG2E), (s_aux, cap_in, win_left, win_right)
 
 

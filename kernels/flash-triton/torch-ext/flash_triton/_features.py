@@ -20,9 +20,9 @@ Where a call with a feature goes by default: the program the plain call would ta
 decode program; where the plain call takes a Gluon program, the varlen Gluon program (`GLUON_BY_DEFAULT`), faster
 than the Triton program with every feature on the GPU (session 10, `scripts/gpu/features31.sh`: its features match
 the fp64 oracle at head dims 64/128/256; softcap 598 µs against the Triton program's 875 at 2x4096, head dim 128;
-`docs/results/session10/`);
-FLASH_TRITON_GLUON_FEATURES=0 keeps them on the Triton program. An explicit Gluon varlen config takes it either way. Before any of that, `effective` drops a window side that
-keeps every key (a prompt shorter than the window): such a call is plain attention and runs as one.
+`docs/results/session10/`); FLASH_TRITON_GLUON_FEATURES=0 keeps them on the Triton program. An explicit Gluon
+varlen config takes it either way. Before any of that, `effective` drops a window side that keeps every key (a
+prompt shorter than the window): such a call is plain attention and runs as one.
 """
 
 from __future__ import annotations
@@ -116,7 +116,10 @@ def effective(f: Features, sq: int, sk: int, causal: bool) -> Features:
 
 def kernel_args(f: Features, scale: float) -> tuple[float, float, int, int]:
     """(softcap_in, softcap_out, win_left, win_right) for the programs: logits = tanh(qk·softcap_in)·softcap_out in
-    base 2 (log2(e) folded in), window sides with -1 as a bound past every key."""
+    base 2 (log2(e) folded in), window sides with -1 as a bound past every key. `PLAIN_ARGS` for `PLAIN` without
+    computing them: every launch asks."""
+    if f is PLAIN:
+        return PLAIN_ARGS
     cap_in, cap_out = (scale / f.softcap, f.softcap * _LOG2E) if f.softcap > 0 else (1.0, 1.0)
     left, right = (_UNBOUNDED if w < 0 else w for w in f.window)
     return cap_in, cap_out, left, right
