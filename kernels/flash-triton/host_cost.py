@@ -1,12 +1,15 @@
 """Host time of one flash-triton call (checks, program choice, descriptors, Triton's launcher) beside SDPA's.
 
 Run from the repository root on the GPU machine:
-    PYTHONPATH=src python3 kernels/flash-triton/host_cost.py [--calls 300] [--profile]
+    PYTHONPATH=src python3 kernels/flash-triton/host_cost.py [--calls 300] [--rounds 7] [--profile]
 A call's host time is measured as the wall time to enqueue `--calls` calls divided by their number, with the GPU
-kept ahead (tiny shapes: the kernels take less GPU time than their launches), beside the kernel's GPU time (CUDA-graph
-replays, `gpu us`); `--profile` prints the top of a
-cProfile of the default path, which names where the host microseconds go. Prints a table; nothing is timed in a
-unit test.
+kept ahead (tiny shapes: the kernels take less GPU time than their launches). One such measurement moves a lot from
+run to run (SDPA's for one call went from 21 to 37 µs between two GPU runs), so ours and SDPA's are interleaved: each
+shape runs `--rounds` rounds, each timing ours and SDPA back to back (which goes first alternates from round to
+round), and the table prints the median of each side (`ours us`, `sdpa us`) and the median of the rounds' ratios
+(`ours/sdpa`: a drift that slows both sides of a round cancels out of it; below 1 is ours cheaper), beside the
+kernel's GPU time (CUDA-graph replays, `gpu us`); `--profile` prints the top of a cProfile of the default path, which
+names where the host microseconds go. Prints a table; nothing is timed in a unit test.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import cProfile
 import io
 import pstats
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -42,33 +46,61 @@ def host_us(fn, calls: int) -> float:
     return host
 
 
+def interleaved(ours, theirs, calls: int, rounds: int) -> tuple[float, float, float]:
+    """(ours, theirs, ours/theirs): the medians over `rounds` rounds of host µs per call of each and of the round's
+    ratio; each round times both back to back, ours first in even rounds and theirs first in odd ones."""
+    mine, other, ratios = [], [], []
+    for r in range(rounds):
+        if r % 2 == 0:
+            a = host_us(ours, calls)
+            b = host_us(theirs, calls)
+        else:
+            b = host_us(theirs, calls)
+            a = host_us(ours, calls)
+        mine.append(a)
+        other.append(b)
+        ratios.append(a / b)
+    return statistics.median(mine), statistics.median(other), statistics.median(ratios)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--calls", type=int, default=300, help="calls per timing (default 300)")
+    p.add_argument("--rounds", type=int, default=7,
+                   help="interleaved rounds of ours then SDPA (the order alternating) per shape; medians printed "
+                        "(default 7)")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
+    if args.calls < 1 or args.rounds < 1:
+        p.error("--calls and --rounds must be at least 1")
     from kernels import get_local_kernel
 
     mod = get_local_kernel(REPO)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     print(f"fast launch: {mod.fast_launch_problem() or 'on'}")
+    print(f"host us: medians of {args.rounds} interleaved rounds of {args.calls} calls; ours/sdpa: median of the "
+          "rounds' ratios")
     print(f"{'B':>3} {'H':>3} {'S':>5} {'D':>4} {'mask':<6} {'program':<34} {'ours us':>8} {'sdpa us':>8} "
-          f"{'gpu us':>8}")
+          f"{'ours/sdpa':>9} {'gpu us':>8}")
     for b, h, s, d, causal in SHAPES:
         qh, kh, vh = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         q, k, v = (t.transpose(1, 2) for t in (qh, kh, vh))  # the `kernel` variant's views: no copies
 
-        def ours():
+        def ours(q=q, k=k, v=v, causal=causal):
             return mod.flash_attn_func(q, k, v, causal=causal)
+
+        def theirs(qh=qh, kh=kh, vh=vh, causal=causal):
+            return sdpa(qh, kh, vh, is_causal=causal)
 
         gpu = time_call(ours, "cuda", warmup=3, reps=20, cuda_graph=True)  # the kernel alone: graph replays
         label = mod.choose_config(q, k, causal).label()
+        mine, other, ratio = interleaved(ours, theirs, args.calls, args.rounds)
         print(f"{b:>3} {h:>3} {s:>5} {d:>4} {'causal' if causal else 'full':<6} {label:<34} "
-              f"{host_us(ours, args.calls):8.1f} {host_us(lambda: sdpa(qh, kh, vh, is_causal=causal), args.calls):8.1f} "
+              f"{mine:8.1f} {other:8.1f} {ratio:9.2f} "
               f"{gpu.p50 * 1e3:8.1f}" + ("" if gpu.method == "cuda-graph" else f" ({gpu.method})"), flush=True)
         if args.profile and (b, s) == (8, 1024):
             print_profile(ours)
-    decode_table(mod, args.calls, args.profile)
+    decode_table(mod, args.calls, args.rounds, args.profile)
     return 0
 
 
@@ -85,11 +117,13 @@ def print_profile(fn, calls: int = 200) -> None:
     print(buf.getvalue())
 
 
-def decode_table(mod, calls: int, profile: bool = False) -> None:
+def decode_table(mod, calls: int, rounds: int, profile: bool = False) -> None:
     """flash_attn_with_kvcache (cache_seqlens a [B] tensor, as serving loops pass it) against SDPA on the same decode
-    step (q [B, 32, 1, 128] over k/v [B, 8, S, 128], enable_gqa), host µs per call and GPU µs per graph replay."""
+    step (q [B, 32, 1, 128] over k/v [B, 8, S, 128], enable_gqa), host µs per call (interleaved rounds, medians) and
+    GPU µs per graph replay."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    print(f"{'B':>3} {'Skv':>6} {'decode program':<34} {'ours us':>8} {'sdpa us':>8} {'gpu us':>8} {'sdpa gpu':>8}")
+    print(f"{'B':>3} {'Skv':>6} {'decode program':<34} {'ours us':>8} {'sdpa us':>8} {'ours/sdpa':>9} {'gpu us':>8} "
+          f"{'sdpa gpu':>8}")
     for b, s in DECODE:
         q = torch.randn(b, 1, 32, 128, device="cuda", dtype=torch.bfloat16)  # [B, 1, Hq, D]
         kc, vc = (torch.randn(b, s, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))  # [B, S, Hkv, D]
@@ -105,7 +139,8 @@ def decode_table(mod, calls: int, profile: bool = False) -> None:
         gpu = time_call(ours, "cuda", warmup=3, reps=20, cuda_graph=True)
         gpu_sdpa = time_call(theirs, "cuda", warmup=3, reps=20, cuda_graph=True)
         p = mod.DecodeConfig().label()
-        print(f"{b:>3} {s:>6} {p:<34} {host_us(ours, calls):8.1f} {host_us(theirs, calls):8.1f} "
+        mine, other, ratio = interleaved(ours, theirs, calls, rounds)
+        print(f"{b:>3} {s:>6} {p:<34} {mine:8.1f} {other:8.1f} {ratio:9.2f} "
               f"{gpu.p50 * 1e3:8.1f} {gpu_sdpa.p50 * 1e3:8.1f}", flush=True)
         if profile and (b, s) == (1, 8192):
             print_profile(ours)

@@ -25,10 +25,29 @@ a wrapper that walks every argument and turns each descriptor into a `CUtensorMa
 (`make_tensordesc_arg`). For a kernel with no scratch, the first launch of a key plans that work once: it runs
 Triton's own `make_tensordesc_arg` on the call's descriptors, records the arguments it hands the driver's
 `fill_tma_descriptor`, and keeps everything but the base address. A later launch passes the base tensors where the
-descriptors were (`Launcher.launch_bases`; no descriptor object is built or rebased), fills each `CUtensorMap` with
-the recorded arguments and calls the compiled C launcher itself. Any other layout (another Triton, scratch memory, a
-descriptor Triton expands differently) keeps `compiled.run`. Under `FLASH_TRITON_CHECK_LAUNCH=1` a base launch also
-rebuilds the descriptors from the first call's to ask the binder, as above.
+descriptors were (`Launcher.launch_bases`; no descriptor object is built or rebased), takes each `CUtensorMap` from
+the slot's cache or fills it with the recorded arguments, and calls the compiled C launcher itself. Any other layout
+(another Triton, scratch memory, a descriptor Triton expands differently) keeps `compiled.run`. Under
+`FLASH_TRITON_CHECK_LAUNCH=1` a base launch also rebuilds the descriptors from the first call's to ask the binder, as
+above.
+
+What a direct launch caches, and why that is safe:
+- The filled `CUtensorMap`s, per descriptor slot, by the base tensor's full `data_ptr()` (`_Slot.maps`, at most
+  `_MAX_MAPS` per slot, emptied when full). Filling one is a driver call (`cuTensorMapEncodeTiled`) that builds a new
+  Python object; its only inputs are the base address and the slot's recorded fill arguments, which are fixed for the
+  slot (the key fixes shape, strides, dtype, box and swizzle: the contract above), so a map filled once for an address
+  is the map any later launch at that address would fill. The caching allocator hands the same addresses back across
+  layers and steps, so a model's repeat launches mostly hit. The map does not own or pin the memory it points at: a
+  later tensor at a freed address gets the same (still right) map. The launcher only reads a map (Triton 3.6's passes
+  a pointer to its bytes as the kernel parameter, which the driver copies when the launch is enqueued), and nothing
+  writes one after the fill, so one object can serve every launch. The first call's own map, from the plan, seeds the
+  cache.
+- The stream: the active driver's `get_current_stream` and `get_current_device`, looked up once when the `_Direct` is
+  built (Triton's own launch looks them up on `driver.active` every time; the active driver of a compiled CUDA kernel
+  does not change under it). Each launch still asks them for the current device's current stream. Where the device
+  function is `torch.cuda.current_device` and CUDA is initialized (a launch just ran), it is replaced by the
+  `torch._C._cuda_getDevice` it calls after its lazy-init check (a no-op once initialized); the stream function is
+  then `torch._C._cuda_getCurrentRawStream`, as Triton's CUDA driver sets it where torch is loaded.
 """
 
 from __future__ import annotations
@@ -41,6 +60,7 @@ from triton.runtime import driver
 _CHECK = os.environ.get("FLASH_TRITON_CHECK_LAUNCH") == "1"
 _OFF = os.environ.get("FLASH_TRITON_FAST_LAUNCH") == "0"  # to measure what the fast path saves
 _MAX_ENTRIES = 4096
+_MAX_MAPS = 64  # filled CUtensorMaps kept per descriptor slot (by base address); the slot's cache empties when full
 _LAUNCHER_ATTRS = ("run", "function", "packed_metadata")
 
 
@@ -149,40 +169,76 @@ class Launcher:
 
 
 class _Slot:
-    """One TMA descriptor argument of a direct launch: how Triton expands it, planned from the first call's."""
+    """One TMA descriptor argument of a direct launch: how Triton expands it, planned from the first call's; `maps`
+    keeps the maps `fill` made, by base address (the module docstring)."""
 
-    __slots__ = ("pos", "fill", "fill_args", "rest", "template")
+    __slots__ = ("pos", "fill", "fill_args", "rest", "template", "maps")
 
-    def __init__(self, pos: int, fill, fill_args: tuple, rest: tuple, template) -> None:
+    def __init__(self, pos: int, fill, fill_args: tuple, rest: tuple, template, maps: dict | None = None) -> None:
         self.pos, self.fill, self.fill_args, self.rest, self.template = pos, fill, fill_args, rest, template
+        self.maps = (maps if maps is not None else {}) if fill is not None else None  # never rebound
+
+    def map(self, ptr: int):
+        """The CUtensorMap over the base address `ptr`: the cached one, else a new fill (kept)."""
+        got = self.maps.get(ptr)
+        if got is None:
+            got = self.filled(ptr)
+        return got
+
+    def filled(self, ptr: int):
+        """Fill the CUtensorMap over `ptr` and keep it (the cache emptied first when full)."""
+        maps = self.maps
+        if len(maps) >= _MAX_MAPS:
+            maps.clear()
+        got = maps[ptr] = self.fill(ptr, *self.fill_args)
+        return got
 
     def expand(self, base) -> tuple:
+        """What Triton's launcher passes for this descriptor over `base` (`_Direct.__call__` inlines this)."""
         if self.fill is None:  # Triton passes the base tensor itself, then shape and strides
             return (base, *self.rest)
-        return (self.fill(base.data_ptr(), *self.fill_args), *self.rest)
+        return (self.map(base.data_ptr()), *self.rest)
+
+
+def _stream_functions() -> tuple:
+    """The active driver's (get_current_stream, get_current_device), with `torch.cuda.current_device` replaced by the
+    `torch._C._cuda_getDevice` it ends in once CUDA is initialized (its lazy-init check is then a no-op)."""
+    drv = driver.active
+    stream_of, device = drv.get_current_stream, drv.get_current_device
+    torch = sys.modules.get("torch")
+    if torch is not None and device is getattr(torch.cuda, "current_device", None) and torch.cuda.is_initialized():
+        device = getattr(torch._C, "_cuda_getDevice", device)
+    return stream_of, device
 
 
 class _Direct:
-    """The C launcher of one compiled kernel, called with the arguments Triton 3.6's `CudaLauncher` would build."""
+    """The C launcher of one compiled kernel, called with the arguments Triton 3.6's `CudaLauncher` would build.
+    `streams`: (get_current_stream, get_current_device), the active driver's when not given."""
 
-    __slots__ = ("launch", "function", "packed", "coop", "pdl", "tail", "slots")
+    __slots__ = ("launch", "function", "packed", "coop", "pdl", "tail", "slots", "plan", "stream_of", "device")
 
-    def __init__(self, launch, compiled, coop, pdl, tail: tuple, slots: tuple) -> None:
+    def __init__(self, launch, compiled, coop, pdl, tail: tuple, slots: tuple, streams: tuple | None = None) -> None:
         self.launch, self.function, self.packed = launch, compiled.function, compiled.packed_metadata
         self.coop, self.pdl, self.tail, self.slots = coop, pdl, tail, slots
+        # the slots last to first, so that inserting one slot's shape and strides leaves the earlier positions be
+        self.plan = tuple((s.pos, s.maps, s, s.rest) for s in sorted(slots, key=lambda s: s.pos, reverse=True))
+        self.stream_of, self.device = streams if streams is not None else _stream_functions()
 
     def __call__(self, grid: tuple, args: tuple) -> None:
-        if self.slots:
-            parts, prev = [], 0
-            for slot in self.slots:
-                parts += args[prev:slot.pos]
-                parts += slot.expand(args[slot.pos])
-                prev = slot.pos + 1
-            args = (*parts, *args[prev:])
-        drv = driver.active
-        stream = drv.get_current_stream(drv.get_current_device())
-        self.launch(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
-                    self.function, self.coop, self.pdl, None, None, self.packed, None, None, None, *args, *self.tail)
+        if self.plan:
+            args = list(args)
+            for pos, maps, slot, rest in self.plan:  # = each slot's expand(), inlined
+                if maps is not None:  # a filled map in the base tensor's place
+                    ptr = args[pos].data_ptr()
+                    got = maps.get(ptr)
+                    args[pos] = got if got is not None else slot.filled(ptr)
+                args[pos + 1:pos + 1] = rest
+            args += self.tail
+        else:
+            args = (*args, *self.tail)
+        self.launch(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                    self.stream_of(self.device()),  # the current device's current stream, as Triton's launch
+                    self.function, self.coop, self.pdl, None, None, self.packed, None, None, None, *args)
 
     def descriptors(self, args: tuple) -> tuple:
         """`args` with the base tensors at the descriptor slots turned back into descriptors (the first call's,
@@ -246,8 +302,9 @@ def _plan_slot(pos: int, desc, meta, expand) -> _Slot | None:
             saved[name] = real
 
             def record(*a, _real=real, _name=name):
-                calls.append((_name, a))
-                return _real(*a)
+                got = _real(*a)
+                calls.append((_name, a, got))
+                return got
 
             setattr(utils, name, record)
     try:
@@ -261,8 +318,9 @@ def _plan_slot(pos: int, desc, meta, expand) -> _Slot | None:
         return _Slot(pos, None, (), tuple(expanded[1:]), desc) if expanded[0] is base else None
     if len(calls) != 1 or calls[0][1][:1] != (base.data_ptr(),):
         return None
-    name, fill_args = calls[0]
-    return _Slot(pos, saved[name], tuple(fill_args[1:]), tuple(expanded[1:]), desc)
+    name, fill_args, filled = calls[0]
+    seed = {fill_args[0]: filled} if expanded[0] is filled else None  # the plan's own map: the first cache entry
+    return _Slot(pos, saved[name], tuple(fill_args[1:]), tuple(expanded[1:]), desc, seed)
 
 
 def rebase(desc, base):
