@@ -282,15 +282,19 @@ def test_features_on_the_gpu_match_the_fp64_oracle(feature):
 GLUON_FEATURES = dict(FEATURES, **{"window-wide": (True, 0.0, (300, 0), False)})  # a window over several blocks
 
 
-GLUON_CASES = [(f, 128) for f in GLUON_FEATURES] + [("all", 64), ("sinks", 64), ("all", 256), ("window-both-sides", 256)]
+GLUON_CASES = ([(f, 128, False) for f in GLUON_FEATURES]
+               + [("all", 64, False), ("sinks", 64, False), ("all", 256, False), ("window-both-sides", 256, False)]
+               # half the exponentials on the FMA pipes (`poly_exp`, softcap's default), masked edges included
+               + [("softcap", 128, True), ("all", 256, True), ("window-both-sides", 128, True), ("all", 64, True)])
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("feature,d", GLUON_CASES, ids=[f"{f}-d{d}" for f, d in GLUON_CASES])
-def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d):
+@pytest.mark.parametrize("feature,d,poly", GLUON_CASES,
+                         ids=[f"{f}-d{d}" + ("-px" if poly else "") for f, d, poly in GLUON_CASES])
+def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, poly):
     """The varlen Gluon program (the only Gluon one that takes the features, and their default where the plain call
     takes a Gluon program) named explicitly: a dense call in both TMA layouts with ragged lengths (the shifted last key block), and
-    packed sequences, bf16, at gpt-oss's, Mistral's and Gemma 2's head dims."""
+    packed sequences, bf16, at gpt-oss's, Mistral's and Gemma 2's head dims; `poly`: with `poly_exp`."""
     import torch
 
     from attnprof.variants import kernel_hub
@@ -300,7 +304,7 @@ def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d):
         pytest.skip("the Gluon programs are sm_90 only")
     causal, cap, window, with_sinks = GLUON_FEATURES[feature]
     cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
-                     gluon=True, warp_specialize=True, varlen=True)
+                     gluon=True, warp_specialize=True, varlen=True, poly_exp=poly)
     gen = torch.Generator().manual_seed(7)
 
     def rand(*shape, scale=1.0):
@@ -323,7 +327,9 @@ def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d):
     check(mod.attention(q, k, v, scale, causal, config=cfg, features=f, s_aux=sinks), q, k, v)  # [B, S, H, D] rows
     qh, kh, vh = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))  # views of [B, H, S, D]
     check(mod.attention(qh, kh, vh, scale, causal, config=cfg, features=f, s_aux=sinks), q, k, v)
-    lq, lk = [300, 77, 513], [1025, 130, 700]  # packed: a sequence shorter than its queries' causal reach, ragged ends
+    # packed: a sequence shorter than its queries' causal reach, ragged ends, and one with more queries than keys (its
+    # first 50 rows see no key under the causal mask: zeros)
+    lq, lk = [300, 77, 513, 200], [1025, 130, 700, 150]
     qp, kp, vp = rand(sum(lq), hq, d, scale=4.0), rand(sum(lk), hkv, d), rand(sum(lk), hkv, d)
     cu_q = torch.tensor([0, *torch.tensor(lq).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     cu_k = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32, device="cuda")

@@ -55,6 +55,7 @@ from ._config import (
     default_config,
     gluon_preferred,
     gluon_shape_problem,
+    with_softcap,
 )
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
@@ -112,6 +113,9 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
         return "the varlen Gluon program is not persistent"
     if cfg.joint_release and (cfg.persistent or not cfg.warp_specialize):
         return "joint_release is an option of the warp-specialized Gluon program (not persistent)"
+    if (cfg.poly_exp and not cfg.varlen) or cfg.overlap or cfg.lazy_rescale:
+        return ("poly_exp is an option of the varlen Gluon program and the Triton program; overlap and lazy_rescale "
+                "of the Triton program only")
     if cfg.warp_specialize and (cfg.block_m, cfg.num_warps) != (128, 4):
         return (f"the warp-specialized Gluon program takes block_m 128 with num_warps 4 (two consumer warpgroups of "
                 f"64 rows and a producer warp), got {cfg.block_m} with {cfg.num_warps} warps")
@@ -212,7 +216,7 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
     if config is None and isinstance(cfg, Config) and cfg.gluon and f.any:
-        cfg = _feature_config(q, k, causal)
+        cfg = _feature_config(q, k, causal, f)
     layout = tma_layout(q, k, v)
     if isinstance(cfg, Config) and cfg.gluon and layout is None:  # v's layout: choose_config saw q, k
         if config is not None:
@@ -239,15 +243,15 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
     return _Plan("triton", cfg, layout, next(_SERIALS), (b, sq, hq, d), out, strides)
 
 
-def _feature_config(q, k, causal: bool) -> Config:
+def _feature_config(q, k, causal: bool, f: Features) -> Config:
     """The program of a call with model features whose plain twin would run a Gluon program: the varlen Gluon program
-    where it takes the tensors (unless FLASH_TRITON_GLUON_FEATURES=0: `_features.GLUON_BY_DEFAULT`), else the Triton
-    one."""
+    where it takes the tensors (unless FLASH_TRITON_GLUON_FEATURES=0: `_features.GLUON_BY_DEFAULT`; with softcap, half
+    its exponentials on the FMA pipes: `with_softcap`), else the Triton one."""
     d = q.shape[-1]
     if GLUON_BY_DEFAULT:
         cfg = GLUON_WS_256_VARLEN if d == 256 else GLUON_WS_VARLEN
         if gluon_unsupported(q, k, causal, cfg) is None:
-            return cfg
+            return with_softcap(cfg, f.softcap > 0)
     return default_config(d, q.device)
 
 
@@ -379,7 +383,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
                  num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
-                 JOINT_RELEASE=cfg.joint_release, **f.meta()))
+                 JOINT_RELEASE=cfg.joint_release, POLY_EXP=cfg.poly_exp, **f.meta()))
         return
     if cfg.persistent:
         tiles = sq // cfg.block_m * b * hq
