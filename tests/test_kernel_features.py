@@ -184,13 +184,20 @@ def _child() -> dict:
             refusals[str(kw)] = (arg, str(err))
     out["refusals"] = refusals
     # an explicit Gluon config: the one-warpgroup program computes no feature (refused for that, before any device
-    # check); the varlen program takes them (refused here only because the CPU has no Gluon)
+    # check), the dense warp-specialized one sinks alone; the varlen program takes them all (refused here only
+    # because the CPU has no Gluon)
     gluon = {}
-    for name, varlen in (("one-warpgroup", False), ("varlen", True)):
-        cfg = mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=varlen,
+    sinks = torch.zeros(q.shape[2])
+    for name, ws, varlen, kw in (("one-warpgroup", False, False, dict(softcap=5.0)),
+                                 ("varlen", True, True, dict(softcap=5.0)),
+                                 ("ws-softcap", True, False, dict(softcap=5.0)),
+                                 ("ws-sinks", True, False, dict(s_aux=sinks)),
+                                 ("ws-sinks-window", True, False, dict(s_aux=sinks, window_size=(3, 0)))):
+        cfg = mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=ws,
                          varlen=varlen)
+        f = mod.parse_features("t", q, kw.get("softcap", 0.0), kw.get("window_size", (-1, -1)), kw.get("s_aux"))
         try:
-            mod.attention(q, k, v, None, True, config=cfg, features=mod.parse_features("t", q, 5.0))
+            mod.attention(q, k, v, None, True, config=cfg, features=f, s_aux=kw.get("s_aux"))
             gluon[name] = None
         except ValueError as err:
             gluon[name] = str(err)
@@ -229,11 +236,13 @@ def test_malformed_features_are_refused_by_name(interp):
         assert arg in message and "flash-triton flash_attn_func" in message, message
 
 
-def test_an_explicit_gluon_config_takes_features_only_on_the_varlen_program(interp):
+def test_an_explicit_gluon_config_takes_features_only_on_the_programs_that_compute_them(interp):
     refused = interp["gluon_refusals"]
-    assert "only the warp-specialized varlen one computes model features" in refused["one-warpgroup"]
-    assert "softcap 5" in refused["one-warpgroup"]
-    assert "model features" not in refused["varlen"] and "CUDA GPU" in refused["varlen"], refused["varlen"]
+    for name in ("one-warpgroup", "ws-softcap", "ws-sinks-window"):
+        assert "only the warp-specialized varlen one computes every model feature" in refused[name], refused[name]
+    assert "softcap 5" in refused["one-warpgroup"] and "sinks" in refused["ws-sinks-window"]
+    for name in ("varlen", "ws-sinks"):  # taken: refused only for the CPU
+        assert "model feature" not in refused[name] and "CUDA GPU" in refused[name], refused[name]
 
 
 if __name__ == "__main__":
@@ -335,6 +344,48 @@ def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, 
     cu_k = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     got = mod.varlen_attention(qp, kp, vp, cu_q, cu_k, max(lq), scale, causal, config=cfg, features=f, s_aux=sinks)
     check(got.split(lq), qp.split(lq), kp.split(lk), vp.split(lk))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("d", [128, 256])
+def test_sinks_on_the_dense_warp_specialized_program_match_the_fp64_oracle(d):
+    """Sinks alone run on the dense warp-specialized Gluon program (the one the plain call takes at these shapes),
+    named explicitly in both TMA layouts, causal and not, and by default."""
+    import torch
+
+    from attnprof.variants import kernel_hub
+
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon programs are sm_90 only")
+    cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
+                     gluon=True, warp_specialize=True)
+    gen = torch.Generator().manual_seed(11)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to("cuda", torch.bfloat16)
+
+    hq, hkv = 8, 2
+    sinks = (torch.randn(hq, generator=gen) * 2 + 9).cuda()
+    f = mod.parse_features("test", rand(1, 1, hq, d), 0.0, (-1, -1), sinks)
+    scale = d ** -0.5
+
+    def check(got, q, k, v, causal):
+        e = Errors()
+        for o, q1, k1, v1 in zip(got, q, k, v):
+            e.add(o.cpu(), q1.cpu(), k1.cpu(), v1.cpu(), causal, scale, 0.0, (-1, -1), sinks.cpu())
+        r = e.result()
+        assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, r
+
+    q, k, v = rand(2, 256, hq, d, scale=4.0), rand(2, 1024, hkv, d), rand(2, 1024, hkv, d)
+    qh, kh, vh = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))  # views of [B, H, S, D]
+    for causal in (True, False):
+        check(mod.attention(q, k, v, scale, causal, config=cfg, features=f, s_aux=sinks), q, k, v, causal)
+        check(mod.attention(qh, kh, vh, scale, causal, config=cfg, features=f, s_aux=sinks), q, k, v, causal)
+    q, k, v = rand(1, 2048, hq, d, scale=4.0), rand(1, 2048, hkv, d), rand(1, 2048, hkv, d)
+    check(mod.flash_attn_func(q, k, v, causal=True, s_aux=sinks), q, k, v, True)
+    plan = next(p for key, p in mod._PLANS.items() if key[0] == q.shape and key[-1] is not None)
+    assert plan.kind == "gluon" and plan.cfg.warp_specialize and not plan.cfg.varlen, plan
 
 
 def test_default_arguments_take_the_one_plain_features_object():

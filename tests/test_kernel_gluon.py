@@ -41,7 +41,8 @@ def _source(fn, sig, const):
 
 
 def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
-                 ws: bool = False, persistent: bool = False, heads_in_rows: bool = False, joint: bool = False):
+                 ws: bool = False, persistent: bool = False, heads_in_rows: bool = False, joint: bool = False,
+                 sinks: bool = False):
     mod = _module()
     fn = mod.attention_fwd_sm90_wsp if persistent else mod.attention_fwd_sm90_ws if ws else mod.attention_fwd_sm90
     q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
@@ -59,6 +60,12 @@ def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: 
     # the programs' defaulted constexprs, as the launcher passes them (HEADS_IN_ROWS: [B, S, H, D] views of
     # [B, H, S, D] tensors, descriptors over [B*H*S, D]; JOINT_RELEASE: the K/V release of TUNING.md step 12)
     const.update({k: v for k, v in (("HEADS_IN_ROWS", heads_in_rows), ("JOINT_RELEASE", joint)) if k in fn.arg_names})
+    if "Sinks" in fn.arg_names:  # the dense warp-specialized program's one model feature: None when off, as launched
+        const["SINKS"] = sinks
+        if sinks:
+            sig["Sinks"] = "*fp32"
+        else:
+            const["Sinks"] = None
     sig.update({k: "constexpr" for k in const})
     kernel = triton.compile(_source(fn, sig, const), target=GPUTarget("cuda", 90, 32),
                             options=dict(num_warps=warps))
@@ -104,6 +111,20 @@ def test_warp_specialized_form_compiles_with_register_handoff_and_no_spills(shap
     local = int(re.search(r"LOCAL:(\d+)", usage).group(1))
     assert stack == 0 and local == 0, f"register spills: {usage.strip()}"
     assert kernel.metadata.shared <= SMEM_PER_SM
+
+
+@pytest.mark.parametrize("shape", [(128, 128, 128, 4, 3, True), (128, 64, 256, 4, 2, True)],
+                         ids=["d128", "d256"])
+def test_sinks_on_the_warp_specialized_form_keep_its_schedule(shape, tmp_path):
+    """Sinks (gpt-oss) join the denominator after the last block: the loop, the register handoff and the
+    no-spill budget of the plain program stay."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    kernel, sass, usage = compile_sm90(*shape, tmp_path, ws=True, sinks=True)
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
+    assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
+    plain = compile_sm90(*shape, tmp_path, ws=True)[1]
+    assert sass.count("MUFU.EX2") > plain.count("MUFU.EX2")  # the sink's exp2 and the rescale's: it is computed
 
 
 def test_consumers_release_keys_after_qk_and_values_after_pv(tmp_path):

@@ -125,9 +125,15 @@ def kernel_args(f: Features, scale: float) -> tuple[float, float, int, int]:
     return cap_in, cap_out, left, right
 
 
-def gluon_problem(f: Features, varlen: bool) -> str | None:
-    """Why this Gluon program cannot take these features (None: plain attention, or the varlen program)."""
-    if not f.any or varlen:
+def sinks_only(f: Features) -> bool:
+    """Sinks and no other feature: the dense warp-specialized Gluon program computes those too."""
+    return f.sinks and f.softcap <= 0 and f.window == (-1, -1)
+
+
+def gluon_problem(f: Features, varlen: bool, ws: bool = False) -> str | None:
+    """Why this Gluon program cannot take these features (None: plain attention, the varlen program, or sinks alone
+    on the dense warp-specialized one, `ws`: not persistent)."""
+    if not f.any or varlen or (ws and sinks_only(f)):
         return None
-    return (f"of the Gluon programs only the warp-specialized varlen one computes model features (asked for "
-            f"{f.label()}); pick it with varlen=True")
+    return (f"of the Gluon programs only the warp-specialized varlen one computes every model feature, the dense "
+            f"warp-specialized one sinks alone (asked for {f.label()}); pick the varlen one with varlen=True")

@@ -16,8 +16,8 @@ sequence as 0·inf. Only a sequence with fewer than BLOCK_N keys reads past its 
 rows, with probability exactly 0): finite values leave it exact, an inf or NaN would give NaN.
 `flash_attn_func` therefore sends dense calls here only with Sk >= BLOCK_N.
 
-Model features (`_features.py`, flash-attn's semantics), the only Gluon program that takes them, as constexpr
-switches (off: the plain program compiles as before):
+Model features (`_features.py`, flash-attn's semantics), the one Gluon program that takes all of them (the dense
+warp-specialized one takes sinks alone), as constexpr switches (off: the plain program compiles as before):
   - `SOFTCAP`: logits cap·tanh(scale·q·kᵀ / cap), tanh on the special-function unit (`tanh.approx.f32`, what
     flash-attn's `cutlass::fast_tanh` runs); the host then passes qk_scale = cap·log2(e);
   - `WINDOW`: key j kept for row i when i + diag - win_left <= j <= i + diag + win_right. A tile walks only the key

@@ -43,6 +43,7 @@ from ._features import (
     is_plain,
     kernel_args,
     parse_features,
+    sinks_only,
 )
 from ._config import (
     GLUON_WS_256_VARLEN,
@@ -212,11 +213,12 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
     if q.numel() == 0 or sk == 0:
         return _Plan("empty")
     if config is not None and isinstance(config, Config) and config.gluon and (
-            reason := gluon_problem(f, config.varlen) or gluon_unsupported(q, k, causal, config)):
+            reason := gluon_problem(f, config.varlen, config.warp_specialize and not config.persistent)
+            or gluon_unsupported(q, k, causal, config)):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
     if config is None and isinstance(cfg, Config) and cfg.gluon and f.any:
-        cfg = _feature_config(q, k, causal, f)
+        cfg = _feature_config(q, k, causal, f, cfg)
     layout = tma_layout(q, k, v)
     if isinstance(cfg, Config) and cfg.gluon and layout is None:  # v's layout: choose_config saw q, k
         if config is not None:
@@ -243,11 +245,15 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
     return _Plan("triton", cfg, layout, next(_SERIALS), (b, sq, hq, d), out, strides)
 
 
-def _feature_config(q, k, causal: bool, f: Features) -> Config:
-    """The program of a call with model features whose plain twin would run a Gluon program: the varlen Gluon program
-    where it takes the tensors (unless FLASH_TRITON_GLUON_FEATURES=0: `_features.GLUON_BY_DEFAULT`; with softcap, half
-    its exponentials on the FMA pipes: `with_softcap`), else the Triton one."""
+def _feature_config(q, k, causal: bool, f: Features, plain: Config) -> Config:
+    """The program of a call with model features whose plain twin would run the Gluon program `plain`: that one for
+    sinks alone when it is the dense warp-specialized program (the varlen one runs the same shapes ~4 % slower), else
+    the varlen Gluon program where it takes the tensors (unless FLASH_TRITON_GLUON_FEATURES=0:
+    `_features.GLUON_BY_DEFAULT`; with softcap, half its exponentials on the FMA pipes: `with_softcap`), else the
+    Triton one."""
     d = q.shape[-1]
+    if GLUON_BY_DEFAULT and sinks_only(f) and plain.warp_specialize and not (plain.persistent or plain.varlen):
+        return plain
     if GLUON_BY_DEFAULT:
         cfg = GLUON_WS_256_VARLEN if d == 256 else GLUON_WS_VARLEN
         if gluon_unsupported(q, k, causal, cfg) is None:
@@ -362,7 +368,8 @@ def _gluon_programs() -> tuple:
 
 def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float, causal: bool,
                   cfg: Config, heads_in_rows: bool, key=None, f: Features = PLAIN, s_aux=None) -> None:
-    """Launch the Gluon program `cfg` names; model features `f` (and the sinks `s_aux`) only on the varlen one. A
+    """Launch the Gluon program `cfg` names; model features `f` (and the sinks `s_aux`) on the varlen one, sinks alone
+    on the dense warp-specialized one too. A
     repeat call passes the tensors where the TMA descriptors go (`Launcher.launch_bases`); the first call of a key,
     or one the direct launch cannot take, builds the descriptors (`_descs`)."""
     one_wg, ws, wsp, ws_varlen, tma_desc = _gluon_programs()
@@ -400,10 +407,10 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         return
     run = launcher(ws if cfg.warp_specialize else one_wg)
     grid = (sq // cfg.block_m, b * hq)
-    rest = (scale2, hq, hq // hkv, sq, sk)
+    rest = (scale2, hq, hq // hkv, sq, sk, s_aux) if cfg.warp_specialize else (scale2, hq, hq // hkv, sq, sk)
     if run.launch_bases(key, grid, (q, k, v, out, *rest)):
         return
-    ws_only = {"JOINT_RELEASE": cfg.joint_release} if cfg.warp_specialize else {}
+    ws_only = {"JOINT_RELEASE": cfg.joint_release, "SINKS": f.sinks} if cfg.warp_specialize else {}
     q_rows = cfg.block_m // 2 if cfg.warp_specialize else cfg.block_m  # each consumer warpgroup loads its half
     dq, dk, dv, do = _descs(key, (q, k, v, out), lambda: (
         tma_desc(q, q_rows, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),

@@ -258,13 +258,14 @@ def _ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v
 
 @gluon.jit
 def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
-                 o_row, q_col, m0, diag, n_blocks,
+                 o_row, q_col, m0, diag, n_blocks, sink,
                  HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                 CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr):
+                 CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, SINKS: gl.constexpr):
     """64 rows of the tile (rows m0 ...), one warpgroup: the schedule of `attention_fwd_sm90`, with the stage
     released to the producer (`k_empty`, `v_empty`: `_ws_producer`) instead of refilled. Both halves walk the same
     `n_blocks` (the lower half's last blocks are fully masked for the upper half: probabilities 0, running max
-    unchanged)."""
+    unchanged). `SINKS`: the sink's logit `sink` (log2 units) joins each row's denominator after the last block
+    (gpt-oss; every row here sees a key, so the running max is finite)."""
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -310,6 +311,11 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
     mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
+    if SINKS:
+        m_new = gl.maximum(m_i, sink)
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.exp2(sink - m_new)
+        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
     out = acc / gl.convert_layout(l_i, rows_o)[:, None]
     q_tile.store(out.to(dtype))  # this half's Q buffer is free: all its QKᵀ are done
     fence_async_shared()
@@ -346,16 +352,22 @@ def _ws_buffers(desc_q, desc_k, desc_v, HALF_M: gl.constexpr, HEAD_DIM: gl.const
 
 
 @gluon.jit
-def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK,
+def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK, Sinks,
                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
-                          HEADS_IN_ROWS: gl.constexpr = False, JOINT_RELEASE: gl.constexpr = False):
+                          HEADS_IN_ROWS: gl.constexpr = False, JOINT_RELEASE: gl.constexpr = False,
+                          SINKS: gl.constexpr = False):
     """grid = (Sq / BLOCK_M, B * H); BLOCK_M = 128 (two consumer warpgroups of 64 rows), num_warps = 4 (the default
     partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows.
     `HEADS_IN_ROWS`: as in `attention_fwd_sm90`. `JOINT_RELEASE`: a K/V stage is released once, after P·V (the
-    schedule before TUNING.md step 13, kept to measure against)."""
+    schedule before TUNING.md step 13, kept to measure against). `SINKS`: attention sinks (Sinks `[H]`, any float
+    dtype; None without), the one model feature this program computes (`_features.py`)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     m0, q_row, kv_row, q_col, kv_col = _program_tile(H, GROUPS, SQ, SK, HEAD_DIM, BLOCK_M, CAUSAL, HEADS_IN_ROWS)
+    if SINKS:  # the sink's logit (unscaled, natural units) in the softmax's log2 units
+        sink = gl.load(Sinks + gl.program_id(1) % H).to(gl.float32) * 1.4426950408889634
+    else:
+        sink = qk_scale  # not read
     diag = SK - SQ
     if CAUSAL:
         end = gl.minimum(m0 + BLOCK_M + diag, SK)
@@ -368,10 +380,11 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
         desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, JOINT_RELEASE)
     gl.warp_specialize([
         (_ws_consumer, (desc_o, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
-                        q_row, q_col, m0, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE)),
+                        q_row, q_col, m0, diag, n_blocks, sink, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
+                        JOINT_RELEASE, SINKS)),
         (_ws_consumer, (desc_o, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
-                        q_row + HALF_M, q_col, m0 + HALF_M, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N, STAGES,
-                        CAUSAL, JOINT_RELEASE)),
+                        q_row + HALF_M, q_col, m0 + HALF_M, diag, n_blocks, sink, HEAD_DIM, HALF_M, BLOCK_N,
+                        STAGES, CAUSAL, JOINT_RELEASE, SINKS)),
         (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                         q_row, kv_row, q_col, kv_col, 0, n_blocks, SK, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
