@@ -13,7 +13,6 @@ vectorises and nothing is pipelined, which would test a kernel no GPU runs). Num
 
 from __future__ import annotations
 
-import collections
 import importlib
 import importlib.util
 import re
@@ -143,8 +142,7 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma, features, window):
     assert kernel.metadata.shared <= SMEM_PER_SM
 
 
-def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, features: bool = False,
-                         poly_exp: bool = False):
+def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, features: bool = False):
     """The warp-specialized varlen Gluon program compiled for sm_90 as `_launch_gluon*` launches it; `features`:
     softcap, window and sinks all on (`_features.py`)."""
     import sys
@@ -169,7 +167,7 @@ def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, f
     sig.update(softcap_in="fp32", Sinks="*fp32")
     const = dict(HEAD_DIM=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
                  HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid,  # valid 80/96: zero-padded 128-wide tiles
-                 JOINT_RELEASE=False, SOFTCAP=features, WINDOW=features, SINKS=features, POLY_EXP=poly_exp)
+                 JOINT_RELEASE=False, SOFTCAP=features, WINDOW=features, SINKS=features)
     if not features:
         const["Sinks"] = None
     if dense:
@@ -219,27 +217,3 @@ def test_varlen_gluon_program_with_model_features_keeps_the_schedule(tmp_path, d
     assert kernel.metadata.shared <= SMEM_PER_SM
     assert "MUFU.TANH" in sass
 
-
-
-@pytest.mark.parametrize("d", [128, 256])
-def test_poly_exp_moves_half_the_softmax_exponentials_off_the_special_function_unit(tmp_path, d):
-    """`poly_exp` on the varlen Gluon program (softcap's default): the same schedule, no spills, half the score tile's
-    MUFU.EX2 gone, and no conversion instruction in their place (F2I/FRND issue at the special-function unit's rate:
-    the Triton program's `tl.floor` form lost for that, TUNING.md step 4)."""
-    pytest.importorskip("triton.experimental.gluon")
-
-    def ops(kernel):
-        sass = _sass(kernel, tmp_path)
-        return sass, collections.Counter(re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+(?:\.\w+)?)",
-                                                    sass, re.M))
-
-    _, base = ops(compile_gluon_varlen(True, True, d, 0, features=True))
-    kernel = compile_gluon_varlen(True, True, d, 0, features=True, poly_exp=True)
-    sass, poly = ops(kernel)
-    regs, local = _usage(kernel, tmp_path)
-    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and local == 0, (regs, local)
-    tile = base["MUFU.TANH"]  # one tanh per score of the tile, in the first block and in the loop
-    assert poly["MUFU.TANH"] == tile
-    assert base["MUFU.EX2"] - poly["MUFU.EX2"] == tile // 2, (base["MUFU.EX2"], poly["MUFU.EX2"])
-    for op in ("F2I", "I2F", "FRND"):
-        assert sum(n for k, n in poly.items() if k.startswith(op)) == sum(n for k, n in base.items() if k.startswith(op))

@@ -26,7 +26,7 @@ import math
 import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem, tma_layout
-from ._config import INTERPRETED, Config, block_d, default_config, gluon_preferred, gluon_shape_problem, with_softcap
+from ._config import INTERPRETED, Config, block_d, default_config, gluon_preferred, gluon_shape_problem
 from ._features import (
     GLUON_BY_DEFAULT,
     PLAIN,
@@ -87,7 +87,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     elif features.any and not GLUON_BY_DEFAULT:
         cfg = default_config(d, q.device)
     else:
-        cfg = with_softcap(_default_varlen_config(q, k, v, bool(causal)), features.softcap > 0)
+        cfg = _default_varlen_config(q, k, v, bool(causal))
     if cfg.gluon:
         _launch_gluon_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, scale, bool(causal), cfg,
                              features, s_aux)
@@ -181,7 +181,7 @@ def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, c
         qk_scale, hq, hq // hkv, cu_q, cu_k, q.shape[0], k.shape[0], *features,
         HEAD_DIM=block_d(d), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
         num_warps=cfg.num_warps, HEADS_IN_ROWS=heads, HEAD_DIM_VALID=d, JOINT_RELEASE=cfg.joint_release,
-        POLY_EXP=cfg.poly_exp, **f.meta(),
+        **f.meta(),
     )
 
 

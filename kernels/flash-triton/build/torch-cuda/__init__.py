@@ -56,7 +56,6 @@ from ._config import (
     default_config,
     gluon_preferred,
     gluon_shape_problem,
-    with_softcap,
 )
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
@@ -114,9 +113,8 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
         return "the varlen Gluon program is not persistent"
     if cfg.joint_release and (cfg.persistent or not cfg.warp_specialize):
         return "joint_release is an option of the warp-specialized Gluon program (not persistent)"
-    if (cfg.poly_exp and not cfg.varlen) or cfg.overlap or cfg.lazy_rescale:
-        return ("poly_exp is an option of the varlen Gluon program and the Triton program; overlap and lazy_rescale "
-                "of the Triton program only")
+    if cfg.poly_exp or cfg.overlap or cfg.lazy_rescale:
+        return "poly_exp, overlap and lazy_rescale are options of the Triton program, not of the Gluon ones"
     if cfg.warp_specialize and (cfg.block_m, cfg.num_warps) != (128, 4):
         return (f"the warp-specialized Gluon program takes block_m 128 with num_warps 4 (two consumer warpgroups of "
                 f"64 rows and a producer warp), got {cfg.block_m} with {cfg.num_warps} warps")
@@ -249,15 +247,14 @@ def _feature_config(q, k, causal: bool, f: Features, plain: Config) -> Config:
     """The program of a call with model features whose plain twin would run the Gluon program `plain`: that one for
     sinks alone when it is the dense warp-specialized program (the varlen one runs the same shapes ~4 % slower), else
     the varlen Gluon program where it takes the tensors (unless FLASH_TRITON_GLUON_FEATURES=0:
-    `_features.GLUON_BY_DEFAULT`; with softcap, half its exponentials on the FMA pipes: `with_softcap`), else the
-    Triton one."""
+    `_features.GLUON_BY_DEFAULT`), else the Triton one."""
     d = q.shape[-1]
     if GLUON_BY_DEFAULT and sinks_only(f) and plain.warp_specialize and not (plain.persistent or plain.varlen):
         return plain
     if GLUON_BY_DEFAULT:
         cfg = GLUON_WS_256_VARLEN if d == 256 else GLUON_WS_VARLEN
         if gluon_unsupported(q, k, causal, cfg) is None:
-            return with_softcap(cfg, f.softcap > 0)
+            return cfg
     return default_config(d, q.device)
 
 
@@ -390,7 +387,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
                  num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
-                 JOINT_RELEASE=cfg.joint_release, POLY_EXP=cfg.poly_exp, **f.meta()))
+                 JOINT_RELEASE=cfg.joint_release, **f.meta()))
         return
     if cfg.persistent:
         tiles = sq // cfg.block_m * b * hq

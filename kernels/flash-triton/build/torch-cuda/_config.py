@@ -130,15 +130,6 @@ def gluon_preferred(head_dim: int, causal: bool, sk: int, aligned: bool) -> Conf
     return None
 
 
-def with_softcap(cfg: Config, softcap: bool) -> Config:
-    """The varlen Gluon program under soft-capping computes half its softmax exponentials on the FMA pipes
-    (`poly_exp`): the cap's tanh doubles the special-function unit's work per score, which made it the busiest
-    unit (0.78x the plain call at head dim 128, TUNING.md step 18). Any other config or call is returned as is."""
-    if softcap and cfg.gluon and cfg.varlen and not cfg.poly_exp:
-        return dataclasses.replace(cfg, poly_exp=True)
-    return cfg
-
-
 def block_d(head_dim: int) -> int:
     """The head dim padded to the power of two the programs' tiles use (80, 96 -> 128)."""
     return 1 << (head_dim - 1).bit_length()

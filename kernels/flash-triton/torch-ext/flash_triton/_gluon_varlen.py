@@ -24,10 +24,6 @@ warp-specialized one takes sinks alone), as constexpr switches (off: the plain p
     blocks its rows' windows reach (from block `first`); the window mask runs only on blocks that cross a window
     edge for some row of the half;
   - `SINKS`: exp(Sinks[h]) joins each row's softmax denominator (gpt-oss), after the last block.
-`POLY_EXP` (any call; the default with `SOFTCAP`, where the cap's tanh doubles the special-function unit's work per
-score): every other softmax exponential is computed on the FMA pipes (`_EXP2_PAIR`, FlashAttention-4's trick without
-conversions: the floor from a rounding add, 2^floor(x) added into the exponent bits, 2^frac(x) from a degree-3
-polynomial, relative error < 1e-4, under bf16's 4e-3 and fp16's 1e-3; x <= -127, -inf included, gives 0).
 """
 
 from __future__ import annotations
@@ -78,54 +74,19 @@ def _feature_scores(s, j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_le
     return s
 
 
-# 2^x of two neighbouring elements ($2, $3 -> $0, $1; a thread's register pairs are neighbouring columns of one row):
-# the first on the special-function unit, the second on the FMA pipes. add.rm of 1.5 * 2^23 leaves floor(x) in the
-# low mantissa bits (|x| < 2^22), so the subtraction gives the exact floor and a shift moves it into the exponent
-# field; no conversion instruction (those issue at the special-function unit's rate). Coefficients: a degree-3
-# minimax fit of 2^f on [0, 1), the Triton program's `_kernel._exp2_poly` (p stays in [1, 2)). x is clamped at
-# -127, where f = 0 gives p = 1.0 exactly and the exponent field 0: +0.0 for masked scores (-inf) and anything
-# below, as exp2; between -127 and -126 a value under 2^-126 (a denormal), negligible beside a row's maximum, 1.
-_EXP2_PAIR = gl.constexpr("""{
-.reg .f32 x, j, fl, f, p;
-.reg .b32 e, b;
-ex2.approx.ftz.f32 $0, $2;
-max.ftz.f32 x, $3, 0fC2FE0000;
-add.rm.ftz.f32 j, x, 0f4B400000;
-sub.rn.ftz.f32 fl, j, 0f4B400000;
-sub.rn.ftz.f32 f, x, fl;
-fma.rn.ftz.f32 p, f, 0f3D9DF09D, 0f3E6906A4;
-fma.rn.ftz.f32 p, p, f, 0f3F31F519;
-fma.rn.ftz.f32 p, p, f, 0f3F800000;
-mov.b32 e, j;
-shl.b32 e, e, 23;
-mov.b32 b, p;
-add.s32 b, b, e;
-mov.b32 $1, b;
-}""")
-
-
 @gluon.jit
-def _exp2(x, POLY_EXP: gl.constexpr):
-    """2^x of a score tile: on the special-function unit, or (`POLY_EXP`) half of it on the FMA pipes."""
-    if POLY_EXP:
-        return gl.inline_asm_elementwise(_EXP2_PAIR, "=f,=f,f,f", [x], dtype=gl.float32, is_pure=True, pack=2)
-    else:
-        return gl.exp2(x)
-
-
-@gluon.jit
-def _safe_softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, POLY_EXP: gl.constexpr):
+def _safe_softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr):
     m_i = gl.max(s, axis=1) * qk_scale
     m_use = gl.where(m_i == float("-inf"), 0.0, m_i)  # a row that sees no key yet: p = 0, not NaN
-    p = _exp2(s * qk_scale - m_use[:, None], POLY_EXP)
+    p = gl.exp2(s * qk_scale - m_use[:, None])
     return gl.convert_layout(p.to(dtype), p_layout), m_i, gl.sum(p, axis=1)
 
 
 @gluon.jit
-def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, POLY_EXP: gl.constexpr):
+def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr):
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-    p = _exp2(s * qk_scale - m_use[:, None], POLY_EXP)
+    p = gl.exp2(s * qk_scale - m_use[:, None])
     alpha = gl.exp2(m_i - m_use)
     return gl.convert_layout(p.to(dtype), p_layout), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
 
@@ -135,8 +96,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
                      o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left, win_right,
                      HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr, JOINT_RELEASE: gl.constexpr,
-                     SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr,
-                     POLY_EXP: gl.constexpr):
+                     SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr):
     """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores; only
     the first HEAD_DIM_VALID columns are stored (a head dim of 80 or 96 computed on zero-padded 128-wide tiles).
     The walk's block i is key block `first` + i (stages and phases count i); the model features as the module says."""
@@ -164,7 +124,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         mbarrier.arrive(k_empty.index(0), count=1)  # this warpgroup is done with block 0's keys
     s = _feature_scores(s, first, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right, CAUSAL,
                         BLOCK_N, HALF_M, SOFTCAP, WINDOW)
-    p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout, POLY_EXP)
+    p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -179,7 +139,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
             mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
         s = _feature_scores(s, first + j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right,
                             CAUSAL, BLOCK_N, HALF_M, SOFTCAP, WINDOW)
-        p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, POLY_EXP)
+        p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(prev), count=1)  # this warpgroup is done with block j-1's values
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
@@ -213,7 +173,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                  DENSE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False,
                                  HEAD_DIM_VALID: gl.constexpr = 0, JOINT_RELEASE: gl.constexpr = False,
                                  SOFTCAP: gl.constexpr = False, WINDOW: gl.constexpr = False,
-                                 SINKS: gl.constexpr = False, POLY_EXP: gl.constexpr = False):
+                                 SINKS: gl.constexpr = False):
     """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
     desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
 
@@ -290,11 +250,11 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
             (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left,
                                 win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE, SOFTCAP,
-                                WINDOW, SINKS, POLY_EXP)),
+                                WINDOW, SINKS)),
             (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h, softcap_in,
                                 win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE,
-                                SOFTCAP, WINDOW, SINKS, POLY_EXP)),
+                                SOFTCAP, WINDOW, SINKS)),
             (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                             q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])
