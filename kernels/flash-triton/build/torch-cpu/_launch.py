@@ -194,7 +194,7 @@ class _Slot:
         return got
 
     def expand(self, base) -> tuple:
-        """What Triton's launcher passes for this descriptor over `base` (`_Direct.__call__` inlines this)."""
+        """What Triton's launcher passes for this descriptor over `base`."""
         if self.fill is None:  # Triton passes the base tensor itself, then shape and strides
             return (base, *self.rest)
         return (self.map(base.data_ptr()), *self.rest)
@@ -221,18 +221,14 @@ class _Direct:
         self.launch, self.function, self.packed = launch, compiled.function, compiled.packed_metadata
         self.coop, self.pdl, self.tail, self.slots = coop, pdl, tail, slots
         # the slots last to first, so that inserting one slot's shape and strides leaves the earlier positions be
-        self.plan = tuple((s.pos, s.maps, s, s.rest) for s in sorted(slots, key=lambda s: s.pos, reverse=True))
+        self.plan = tuple(sorted(slots, key=lambda s: s.pos, reverse=True))
         self.stream_of, self.device = streams if streams is not None else _stream_functions()
 
     def __call__(self, grid: tuple, args: tuple) -> None:
         if self.plan:
             args = list(args)
-            for pos, maps, slot, rest in self.plan:  # = each slot's expand(), inlined
-                if maps is not None:  # a filled map in the base tensor's place
-                    ptr = args[pos].data_ptr()
-                    got = maps.get(ptr)
-                    args[pos] = got if got is not None else slot.filled(ptr)
-                args[pos + 1:pos + 1] = rest
+            for slot in self.plan:
+                args[slot.pos:slot.pos + 1] = slot.expand(args[slot.pos])
             args += self.tail
         else:
             args = (*args, *self.tail)
