@@ -37,6 +37,8 @@ from attnprof.variants import kernel_hub
 SCHEMA = "attnprof.kernel-serving-bench/1"
 DECODE_IMPLS = ("ours", "ours-paged64", "ours-paged256", "sdpa", "sdpa-flash", "sdpa-efficient", "flex")
 TUNE_POINTS = ((1, 1024), (1, 8192), (1, 32768), (4, 8192), (16, 8192), (64, 4096))
+# `--tune-set batch1` (issue 30 item 3): batch 1 against cuDNN, and batch 4/16 to see what a change costs there
+BATCH1_POINTS = ((1, 1024), (1, 4096), (1, 8192), (1, 32768), (4, 8192), (16, 8192))
 
 
 DEVICE = "cuda"
@@ -191,34 +193,98 @@ def varlen_rows(mod, lengths: list[int], hq: int, hkv: int, d: int, flex_ok: boo
     return rows
 
 
-def tune_rows(mod, hq: int, hkv: int, d: int, l2_bytes: int) -> list[dict]:
-    """Decode configs on a few points, graph-timed: the data behind TUNING.md's decode step."""
+def tune_configs(mod, tune_set: str) -> list:
+    """The decode configs a tune set times: `sweep` is TUNING.md step 15's grid; `batch1` the split count and the
+    merge's round trips at batch 1 (step 19)."""
     c = mod.DecodeConfig
-    configs = [c(), c(prefetch_merge=True), c(ctas_per_sm=1), c(ctas_per_sm=1, prefetch_merge=True),
-               c(block_n=128, ctas_per_sm=1), c(block_n=128, ctas_per_sm=1, prefetch_merge=True),
-               c(num_stages=4, ctas_per_sm=1, prefetch_merge=True), c(num_warps=2, ctas_per_sm=1, prefetch_merge=True),
-               c(fused_reduce=False, prefetch_merge=True), c(fused_reduce=False, ctas_per_sm=1, prefetch_merge=True),
-               c(ctas_per_sm=3, prefetch_merge=True), c(block_n=128, prefetch_merge=True)]
-    return [row for b, s in TUNE_POINTS for row in _tune_point(mod, configs, b, s, hq, hkv, d, l2_bytes)]
+    if tune_set == "batch1":
+        return [c(), c(merge_group=4), c(merge_group=4, prefetch_merge=False), c(num_splits=4), c(num_splits=8),
+                c(num_splits=8, merge_group=4), c(num_splits=12, merge_group=4), c(ctas_per_sm=2, merge_group=4)]
+    return [c(), c(prefetch_merge=True), c(ctas_per_sm=1), c(ctas_per_sm=1, prefetch_merge=True),
+            c(block_n=128, ctas_per_sm=1), c(block_n=128, ctas_per_sm=1, prefetch_merge=True),
+            c(num_stages=4, ctas_per_sm=1, prefetch_merge=True), c(num_warps=2, ctas_per_sm=1, prefetch_merge=True),
+            c(fused_reduce=False, prefetch_merge=True), c(fused_reduce=False, ctas_per_sm=1, prefetch_merge=True),
+            c(ctas_per_sm=3, prefetch_merge=True), c(block_n=128, prefetch_merge=True)]
 
 
-def _tune_point(mod, configs, b: int, s: int, hq: int, hkv: int, d: int, l2_bytes: int) -> list[dict]:
+def tune_rows(mod, hq: int, hkv: int, d: int, l2_bytes: int, tune_set: str = "sweep") -> list[dict]:
+    """Decode configs on a few points, graph-timed: the data behind TUNING.md's decode steps. `batch1` also times
+    SDPA (auto: cuDNN on the H200) at each point, and profiles one call of a few configs kernel by kernel."""
+    configs = tune_configs(mod, tune_set)
+    points = BATCH1_POINTS if tune_set == "batch1" else TUNE_POINTS
+    rows = []
+    for b, s in points:
+        rows += _tune_point(mod, configs, b, s, hq, hkv, d, l2_bytes, with_sdpa=tune_set == "batch1")
+        print(f"tune B={b} S={s}: " + "  ".join(f"{r['impl']} {r.get('graph', float('nan')) * 1e3:.1f}us"
+                                                 for r in rows if r["batch"] == b and r["kv_len"] == s),
+              file=sys.stderr, flush=True)
+    if tune_set == "batch1":
+        c = mod.DecodeConfig
+        for b, s in ((1, 8192), (1, 32768)):
+            rows += anatomy_rows(mod, [c(), c(fused_reduce=False), c(merge_group=4)], b, s, hq, hkv, d)
+    return rows
+
+
+def anatomy_rows(mod, configs, b: int, s: int, hq: int, hkv: int, d: int, calls: int = 20) -> list[dict]:
+    """Each config's (and SDPA's) kernels under the PyTorch profiler over `calls` calls: mean µs per kernel name.
+    The two-launch config shows the split pass without the merge and the merge alone."""
+    import tempfile
+
+    from attnprof.profiling.capture import capture
+    from attnprof.profiling.trace import load_trace
+
+    q = torch.randn(b, 1, hq, d, device=DEVICE, dtype=torch.bfloat16)
+    k = torch.randn(b, s, hkv, d, device=DEVICE, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    lens = torch.full((b,), s, dtype=torch.int32, device=DEVICE)
+    qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    fns = {cfg.label(): (lambda cfg=cfg: mod.kvcache_attention(q, k, v, cache_seqlens=lens, config=cfg))
+           for cfg in configs}
+    fns["sdpa"] = lambda: F.scaled_dot_product_attention(qh, kh, vh, enable_gqa=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, fn in fns.items():
+            trace = load_trace(capture(fn, Path(tmp) / "t.json", device=DEVICE, steps=calls, warmup=3))
+            per: dict[str, list[float]] = {}
+            for step in trace.steps():
+                for e in step.gpu:
+                    if e.cat == "kernel":
+                        per.setdefault(e.name[:80], []).append(e.dur)
+            rows.append({"part": "anatomy", "impl": label, "batch": b, "kv_len": s, "status": "ok",
+                         "kernels": {n: sum(x) / len(x) for n, x in per.items()}})
+            print(f"anatomy B={b} S={s} {label}: " + ", ".join(f"{n[:40]} {t:.1f}us" for n, t in
+                                                                rows[-1]["kernels"].items()), file=sys.stderr, flush=True)
+    return rows
+
+
+def _tune_point(mod, configs, b: int, s: int, hq: int, hkv: int, d: int, l2_bytes: int,
+                with_sdpa: bool = False) -> list[dict]:
     kv_bytes = 4 * b * s * hkv * d
     rotate = max(1, min(16, math.ceil(3 * l2_bytes / kv_bytes)))
     q = torch.randn(b, 1, hq, d, device=DEVICE, dtype=torch.bfloat16)
     ks = [torch.randn(b, s, hkv, d, device=DEVICE, dtype=torch.bfloat16) for _ in range(rotate)]
     vs = [torch.randn_like(k) for k in ks]
     lens = torch.full((b,), s, dtype=torch.int32, device=DEVICE)
-    rows = []
+    rows, ref = [], None
     for cfg in configs:
         row = {"part": "tune", "impl": cfg.label(), "batch": b, "kv_len": s, "kv_bytes": kv_bytes}
 
         def call(i, cfg=cfg):
             return mod.kvcache_attention(q, ks[i], vs[i], cache_seqlens=lens, config=cfg)
         try:
+            out = call(0).float()  # against the first config's output: a config may change the order of sums only
+            ref = out if ref is None else ref
+            row["rel_diff"] = ((out - ref).norm() / ref.norm()).item()
             rows.append({**row, "status": "ok", **timed(call, rotate, methods=("graph",))})
         except (RuntimeError, ValueError) as e:
             rows.append({**row, "status": "error", "reason": str(e).strip().splitlines()[0][:200]})
+    if with_sdpa:
+        qh = q.transpose(1, 2).contiguous()
+        kh = [k.transpose(1, 2).contiguous() for k in ks]
+        vh = [v.transpose(1, 2).contiguous() for v in vs]
+        rows.append({"part": "tune", "impl": "sdpa (auto)", "batch": b, "kv_len": s, "kv_bytes": kv_bytes,
+                     "status": "ok", **timed(lambda i: F.scaled_dot_product_attention(qh, kh[i], vh[i], enable_gqa=True),
+                                             rotate, methods=("graph",))})
     return rows
 
 
@@ -232,6 +298,8 @@ def main() -> int:
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--kv-heads", type=int, default=8)
     p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--tune-set", choices=("sweep", "batch1"), default="sweep",
+                   help="the decode configs --parts tune times (batch1: split count and merge at batch 1, with SDPA)")
     p.add_argument("--flex-budget-s", type=float, default=40.0, help="stop compiling flex cells after this long")
     add_kernel_args(p)
     args = p.parse_args()
@@ -273,7 +341,7 @@ def main() -> int:
         save()
         print(f"varlen done ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
     if "tune" in parts:
-        rows += tune_rows(mod, args.heads, args.kv_heads, args.head_dim, l2)
+        rows += tune_rows(mod, args.heads, args.kv_heads, args.head_dim, l2, args.tune_set)
         save()
         print(f"tune done ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
     print(save())

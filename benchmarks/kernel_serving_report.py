@@ -97,15 +97,28 @@ def render(rows: list[dict], copy_gbps: float, command: str, prov: dict, kernel:
         lines.append("")
     tune = [r for r in rows if r["part"] == "tune"]
     if tune:
-        lines += ["## Decode configs (graph timings)", "", "| config | B | Skv | graph µs | GB/s | of copy |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        sdpa = {(r["batch"], r["kv_len"]): r["graph"] for r in tune if r["impl"] == "sdpa (auto)" and "graph" in r}
+        lines += ["## Decode configs (graph timings; rel. diff against the first config's output)", "",
+                  "| config | B | Skv | graph µs | GB/s | of copy | × SDPA | rel. diff |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in tune:
             if r["status"] != "ok" or "graph" not in r:
                 lines.append(f"| {r['impl']} | {r['batch']} | {r['kv_len']} | "
-                             f"{r.get('reason') or r.get('graph_error', '')} | | |")
+                             f"{r.get('reason') or r.get('graph_error', '')} | | | | |")
                 continue
+            ref = sdpa.get((r["batch"], r["kv_len"]))
+            ratio = f"{ref / r['graph']:.2f}" if ref else ""
             lines.append(f"| {r['impl']} | {r['batch']} | {r['kv_len']} | {r['graph'] * 1e3:.1f} | "
-                         f"{r['graph_gbps']:.0f} | {_pct(r['graph_of_copy'])} |")
+                         f"{r['graph_gbps']:.0f} | {_pct(r['graph_of_copy'])} | {ratio} | "
+                         + (f"{r['rel_diff']:.1e} |" if "rel_diff" in r else " |"))
+        lines.append("")
+    anatomy = [r for r in rows if r["part"] == "anatomy"]
+    if anatomy:
+        lines += ["## Kernels per call (PyTorch profiler, mean over the profiled calls, L2 warm)", "",
+                  "| config | B | Skv | kernel | µs |", "| --- | ---: | ---: | --- | ---: |"]
+        for r in anatomy:
+            for name, us in r["kernels"].items():
+                lines.append(f"| {r['impl']} | {r['batch']} | {r['kv_len']} | `{name[:60]}` | {us:.1f} |")
         lines.append("")
     return "\n".join(lines)
 

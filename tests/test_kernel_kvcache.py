@@ -22,10 +22,11 @@ from interpreter_child import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = ROOT / "kernels" / "flash-triton"
-# name -> (splits, fused merge, prefetching merge)
-SPLITS = {"one": (1, True, False), "three-fused": (3, True, False), "three-2-launch": (3, False, False),
-          "seven-fused-prefetch": (7, True, True), "seven-2-launch-prefetch": (7, False, True),
-          "heuristic": (0, True, False)}
+# name -> (splits, fused merge, prefetching merge, splits merged per round trip)
+SPLITS = {"one": (1, True, False, 1), "three-fused": (3, True, False, 1), "three-2-launch": (3, False, False, 1),
+          "seven-fused-prefetch": (7, True, True, 1), "seven-2-launch-prefetch": (7, False, True, 1),
+          "heuristic": (0, True, False, 1), "seven-fused-group4-prefetch": (7, True, True, 4),
+          "seven-2-launch-group4": (7, False, False, 4), "three-fused-group4": (3, True, False, 4)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -71,8 +72,8 @@ def _child() -> dict:
     b, s, hq, hkv, d = 3, 200, 4, 2, 64
     kc, vc, q, kn, vn = rand(b, s, hkv, d), rand(b, s, hkv, d), rand(b, 1, hq, d), rand(b, 1, hkv, d), rand(b, 1, hkv, d)
     seqlens = torch.tensor([50, 0, 130], dtype=torch.int32)
-    for name, (splits, fused, prefetch) in SPLITS.items():
-        cfg = mod.DecodeConfig(block_n=32, fused_reduce=fused, prefetch_merge=prefetch)
+    for name, (splits, fused, prefetch, group) in SPLITS.items():
+        cfg = mod.DecodeConfig(block_n=32, fused_reduce=fused, prefetch_merge=prefetch, merge_group=group)
         r, out, kc1, vc1, kc0 = _check_call(mod, q, kc, vc, kn, vn, seqlens, True, num_splits=splits, config=cfg)
         written = all(torch.equal(kc1[i, seqlens[i]], kn[i, 0]) and torch.equal(vc1[i, seqlens[i]], vn[i, 0])
                       for i in range(b))
@@ -122,7 +123,7 @@ def _child() -> dict:
     out, lse = mod.kvcache_attention(q, kc, vc, cache_seqlens=torch.tensor([40, 0], dtype=torch.int32),
                                      cache_batch_idx=idx, cache_leftpad=torch.tensor([19, 0], dtype=torch.int32),
                                      num_splits=4, return_softmax_lse=True,
-                                     config=mod.DecodeConfig(block_n=16, prefetch_merge=True))
+                                     config=mod.DecodeConfig(block_n=16, prefetch_merge=True, merge_group=4))
     from kernel_ref import Check, lse_reference
 
     check = Check()

@@ -56,16 +56,17 @@ def _usage(kernel, tmp: Path) -> tuple[int, int]:
     return int(re.search(r"REG:(\d+)", out).group(1)), int(re.search(r"LOCAL:(\d+)", out).group(1))
 
 
-def compile_decode(page: int, append: bool, fused: bool, d: int = 128, softcap: bool = False):
-    """The decode program as the shipped default config launches it at head dim d (`DecodeConfig.for_head_dim`)."""
+def compile_decode(page: int, append: bool, fused: bool, d: int = 128, softcap: bool = False, **config):
+    """The decode program as the shipped default config (or `DecodeConfig(**config)`) launches it at head dim d
+    (`DecodeConfig.for_head_dim`)."""
     fn = _load("_decode").kvcache_fwd
-    cfg = _load("_splits").DecodeConfig().for_head_dim(d)
+    cfg = _load("_splits").DecodeConfig(**config).for_head_dim(d)
     pointers = {n: "*bf16" for n in ("Q", "KCache", "VCache", "KNew", "VNew", "O")}
     pointers.update(LSE="*fp32", Seqlens="*i32", BatchIdx="*i32", LeftPad="*i32", Table="*i32", PartAcc="*fp32",
                     Counters="*i32", qk_scale="fp32", softcap_in="fp32", softcap_out="fp32")
     const = dict(HEAD_DIM=d, BLOCK_D=d, BLOCK_M=16, BLOCK_N=cfg.block_n, PAGE_SIZE=page, CAUSAL=append,
                  APPEND=append, HAS_SEQLENS=True, HAS_BATCH_IDX=False, HAS_LEFTPAD=False, SPLIT=True,
-                 FUSED_REDUCE=fused, STORE_LSE=False, PREFETCH=cfg.prefetch_merge,
+                 FUSED_REDUCE=fused, STORE_LSE=False, PREFETCH=cfg.prefetch_merge, MERGE_GROUP=cfg.merge_group,
                  LSE=None, BatchIdx=None,
                  LeftPad=None, Sinks=None, SOFTCAP=softcap, WINDOW=False, SINKS=False)
     if not append:
@@ -85,10 +86,12 @@ pytestmark = pytest.mark.skipif(not (BIN / "cuobjdump").exists(), reason="this T
 def decode():
     return {"dense": compile_decode(0, False, True), "paged64-append": compile_decode(64, True, True),
             "paged16-2launch": compile_decode(16, False, False), "dense-d256": compile_decode(0, False, True, d=256),
-            "dense-softcap": compile_decode(0, False, True, softcap=True)}
+            "dense-softcap": compile_decode(0, False, True, softcap=True),
+            "dense-merge4": compile_decode(0, False, True, merge_group=4)}
 
 
-@pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch", "dense-d256", "dense-softcap"])
+@pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch", "dense-d256", "dense-softcap",
+                                     "dense-merge4"])
 def test_decode_program_is_pipelined_without_spills(decode, variant, tmp_path):
     kernel = decode[variant]
     regs, local = _usage(kernel, tmp_path)

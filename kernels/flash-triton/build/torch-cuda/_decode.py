@@ -222,21 +222,70 @@ def _partial(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M: tl.c
 
 
 @triton.jit
+def _merge4(m_i, l_i, acc, m0, l0, a0, m1, l1, a1, m2, l2, a2, m3, l3, a3):
+    """`_merge` of four partials into (m_i, l_i, acc) at once: one max, five weights, no chain of merges."""
+    m = tl.maximum(tl.maximum(tl.maximum(m_i, m0), tl.maximum(m1, m2)), m3)
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.math.exp2(m_i - m_use)
+    w0 = tl.math.exp2(m0 - m_use)
+    w1 = tl.math.exp2(m1 - m_use)
+    w2 = tl.math.exp2(m2 - m_use)
+    w3 = tl.math.exp2(m3 - m_use)
+    l_i = l_i * w + l0 * w0 + l1 * w1 + l2 * w2 + l3 * w3
+    acc = (acc * w[:, None] + a0 * w0[:, None] + a1 * w1[:, None]) + (a2 * w2[:, None] + a3 * w3[:, None])
+    return m, l_i, acc
+
+
+@triton.jit
 def _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M: tl.constexpr,
-                   HEAD_DIM: tl.constexpr, NUM_SPLITS_MAX, PREFETCH: tl.constexpr = False):
+                   HEAD_DIM: tl.constexpr, NUM_SPLITS_MAX, PREFETCH: tl.constexpr = False,
+                   GROUP: tl.constexpr = 1):
     """Merge the partials of splits [n_lo, n_hi) of one (b, kv head, M tile). Partials `[tiles, splits, BLOCK_M, D]`
     (acc) and `[tiles, splits, BLOCK_M, 2]` (m, l); HEAD_DIM here is the partials' width, BLOCK_D.
 
     The merge is a chain of L2 round trips, one per split. `PREFETCH` loads split s + 1 before merging split s, so
-    each round trip overlaps the previous merge. (Four splits per step as one [4, BLOCK_M, D] load, tried on the
-    H200, ran 2-3x slower than this loop: `scripts/gpu/decode30a.sh`; the loop through Triton's pipeliner, 1-2 more
-    splits in flight, was no faster: TUNING.md step 17.)"""
+    each round trip overlaps the previous merge. `GROUP` = 4 loads four splits' partials per round trip (four 2-D
+    loads, independent of each other) and, with `PREFETCH`, the next four while merging these: ~n/4 round trips
+    instead of ~n. (Four splits per step as one [4, BLOCK_M, D] load, tried on the H200, ran 2-3x slower than this
+    loop: `scripts/gpu/decode30a.sh`; the loop through Triton's pipeliner, 1-2 more splits in flight, was no faster:
+    TUNING.md step 17.)"""
     offs_d = tl.arange(0, HEAD_DIM)
     rows = offs_m % BLOCK_M
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    if PREFETCH:
+    if GROUP == 4:
+        m0, l0, a0 = _partial(PartAcc, PartML, tile, n_lo, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                              NUM_SPLITS_MAX)
+        m1, l1, a1 = _partial(PartAcc, PartML, tile, n_lo + 1, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                              NUM_SPLITS_MAX)
+        m2, l2, a2 = _partial(PartAcc, PartML, tile, n_lo + 2, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                              NUM_SPLITS_MAX)
+        m3, l3, a3 = _partial(PartAcc, PartML, tile, n_lo + 3, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                              NUM_SPLITS_MAX)
+        for s in range(n_lo + 4, n_hi + 4, 4):  # s: the first split of the next group
+            if PREFETCH:  # the next group's loads go out before this group is merged
+                n0, k0, b0 = _partial(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                      NUM_SPLITS_MAX)
+                n1, k1, b1 = _partial(PartAcc, PartML, tile, s + 1, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                      NUM_SPLITS_MAX)
+                n2, k2, b2 = _partial(PartAcc, PartML, tile, s + 2, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                      NUM_SPLITS_MAX)
+                n3, k3, b3 = _partial(PartAcc, PartML, tile, s + 3, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                      NUM_SPLITS_MAX)
+                m_i, l_i, acc = _merge4(m_i, l_i, acc, m0, l0, a0, m1, l1, a1, m2, l2, a2, m3, l3, a3)
+                m0, l0, a0, m1, l1, a1, m2, l2, a2, m3, l3, a3 = n0, k0, b0, n1, k1, b1, n2, k2, b2, n3, k3, b3
+            else:
+                m_i, l_i, acc = _merge4(m_i, l_i, acc, m0, l0, a0, m1, l1, a1, m2, l2, a2, m3, l3, a3)
+                m0, l0, a0 = _partial(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                      NUM_SPLITS_MAX)
+                m1, l1, a1 = _partial(PartAcc, PartML, tile, s + 1, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                      NUM_SPLITS_MAX)
+                m2, l2, a2 = _partial(PartAcc, PartML, tile, s + 2, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                      NUM_SPLITS_MAX)
+                m3, l3, a3 = _partial(PartAcc, PartML, tile, s + 3, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                      NUM_SPLITS_MAX)
+    elif PREFETCH:
         m_n, l_n, acc_n = _partial(PartAcc, PartML, tile, n_lo, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
                                    NUM_SPLITS_MAX)
         for s in range(n_lo, n_hi):
@@ -267,7 +316,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                 HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr, SPLIT: tl.constexpr,
                 FUSED_REDUCE: tl.constexpr, STORE_LSE: tl.constexpr, BLOCK_D: tl.constexpr = 128,
                 PREFETCH: tl.constexpr = False, SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
-                SINKS: tl.constexpr = False):
+                SINKS: tl.constexpr = False, MERGE_GROUP: tl.constexpr = 1):
     """grid = (num_splits, B * Hkv, cdiv(Sq * G, BLOCK_M)). q `[B, Sq, Hq, D]`, caches dense `[B_c, S_c, Hkv, D]` or
     paged `[blocks, PAGE_SIZE, Hkv, D]`, k/v new `[B, Snew, Hkv, D]`, out `[B, Sq, Hq, D]`; last dims contiguous.
     With `SPLIT`: one fp32 workspace, the partial accumulators from PartAcc and their (m, l) pairs from
@@ -358,7 +407,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
             if done == num_splits - 1:  # the last CTA of this tile: merge every non-empty split, reset the counter
                 n_lo, n_hi = _split_span(lo, limit, split_len)
                 m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D,
-                                               num_splits, PREFETCH)
+                                               num_splits, PREFETCH, MERGE_GROUP)
                 _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
                         STORE_LSE, HEAD_DIM, BLOCK_D, Sinks, SINKS)
                 tl.atomic_xchg(Counters + count_off + tile, 0)
@@ -374,7 +423,7 @@ def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, seqlen_scalar, Sinks, win_
                    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, APPEND: tl.constexpr,
                    HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, STORE_LSE: tl.constexpr,
                    BLOCK_D: tl.constexpr = 128, PREFETCH: tl.constexpr = False, WINDOW: tl.constexpr = False,
-                   SINKS: tl.constexpr = False):
+                   SINKS: tl.constexpr = False, MERGE_GROUP: tl.constexpr = 1):
     """The merge as its own launch (when `FUSED_REDUCE` is off): grid = (B * Hkv, M tiles)."""
     PartML = PartAcc + ml_off
     bk = tl.program_id(0)
@@ -388,6 +437,6 @@ def kvcache_reduce(O, LSE, Seqlens, LeftPad, PartAcc, seqlen_scalar, Sinks, win_
     limit = _key_limit(mt, total, SQ, GROUPS, CAUSAL, BLOCK_M)
     n_lo, n_hi = _split_span(lo, limit, split_len)
     m_i, l_i, acc = _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M, BLOCK_D, num_splits,
-                                   PREFETCH)
+                                   PREFETCH, MERGE_GROUP)
     _finish(O, LSE, acc, l_i, m_i, b, hk, qi, g, row_ok, GROUPS, HQ, SQ, stride_ob, stride_os, stride_oh,
             STORE_LSE, HEAD_DIM, BLOCK_D, Sinks, SINKS)

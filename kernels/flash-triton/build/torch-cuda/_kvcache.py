@@ -218,8 +218,8 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
                 block_table.stride(0) if paged else 0, *heads)
     fwd_meta = dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_N=cfg.block_n, PAGE_SIZE=page,
                     HAS_BATCH_IDX=cache_batch_idx is not None, SPLIT=split, FUSED_REDUCE=cfg.fused_reduce,
-                    BLOCK_D=width, PREFETCH=cfg.prefetch_merge, **flags, **f.meta(), num_warps=cfg.num_warps,
-                    num_stages=cfg.num_stages)
+                    BLOCK_D=width, PREFETCH=cfg.prefetch_merge, MERGE_GROUP=cfg.merge_group, **flags, **f.meta(),
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     two_launch = split and not cfg.fused_reduce
     return _Call(out_shape, lse_shape, capacity,
                  workspace=part_acc + tiles * p.num_splits * p.block_m * 2 if split else 0,
@@ -227,7 +227,8 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
                  fwd_grid=(p.num_splits, batch * hkv, p.m_tiles), fwd_tail=fwd_tail, fwd_meta=fwd_meta,
                  reduce_grid=(batch * hkv, p.m_tiles) if two_launch else None,
                  reduce_tail=(part_acc, *out_strides, *heads),
-                 reduce_meta=dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_D=width, PREFETCH=cfg.prefetch_merge, **flags,
+                 reduce_meta=dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_D=width, PREFETCH=cfg.prefetch_merge,
+                                  MERGE_GROUP=cfg.merge_group, **flags,
                                   WINDOW=fwd_meta["WINDOW"], SINKS=fwd_meta["SINKS"], num_warps=4),
                  features=f, serial=next(_SERIALS))
 

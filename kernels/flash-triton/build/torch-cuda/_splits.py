@@ -41,6 +41,11 @@ class DecodeConfig:
     # as long: less to merge, longer K/V streams) was faster at batch 1-4 and equal above (decode30b.sh)
     ctas_per_sm: int = 1
     prefetch_merge: bool = True  # the merge loads split s + 1 before merging split s (`_decode._reduce_splits`)
+    merge_group: int = 1  # splits the merge loads per round trip (1 or 4; with prefetch, the next group too)
+
+    def __post_init__(self) -> None:
+        if self.merge_group not in (1, 4):
+            raise ValueError(f"DecodeConfig.merge_group must be 1 or 4 (got {self.merge_group})")
 
     def for_head_dim(self, d: int, page: int = 0) -> DecodeConfig:
         """This config with block_n decided: 128-key tiles up to head dim 128 (three stages of K and V: 192 KiB of
@@ -55,7 +60,8 @@ class DecodeConfig:
         return (f"decode {self.block_n or 'auto'} w{self.num_warps} s{self.num_stages} "
                 + ("fused" if self.fused_reduce else "2-launch")
                 + (f" splits={self.num_splits}" if self.num_splits else "")
-                + f" {self.ctas_per_sm}/SM" + (" prefetch" if self.prefetch_merge else ""))
+                + f" {self.ctas_per_sm}/SM" + (" prefetch" if self.prefetch_merge else "")
+                + (f" merge{self.merge_group}" if self.merge_group != 1 else ""))
 
 
 DEFAULT = DecodeConfig()
