@@ -342,6 +342,47 @@ def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d):
     check(got.split(lq), qp.split(lq), kp.split(lk), vp.split(lk))
 
 
+CAP_CASES = [(50.0, True, 128), (50.0, True, 256), (80.0, True, 128), (50.0, False, 128)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cap,cap_bound,d", CAP_CASES,
+                         ids=[f"cap{c:g}-{'bound' if b else 'online'}-d{d}" for c, b, d in CAP_CASES])
+def test_softcap_at_saturating_logits_matches_the_fp64_oracle(cap, cap_bound, d):
+    """Soft-capping on the varlen Gluon program without a running max (`CAP_BOUND`: a cap up to
+    `_features.CAP_BOUND_MAX`, exp2 against a fixed reference) and with one (a cap of 80, or `cap_bound=False`), at
+    logits of several hundred that saturate the tanh, including query rows whose every logit is near -cap: their
+    exps sit at e^(-cap - reference), and an implementation that let them underflow would return zeros there, not
+    the average of the values."""
+    import torch
+
+    from attnprof.variants import kernel_hub
+
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon programs are sm_90 only")
+    cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
+                     gluon=True, warp_specialize=True, varlen=True, cap_bound=cap_bound)
+    gen = torch.Generator().manual_seed(11)
+    hq, hkv, sq, sk = 4, 2, 256, 1000
+    u = torch.randn(d, generator=gen)
+    k = (u + 0.3 * torch.randn(1, sk, hkv, d, generator=gen)).to(torch.bfloat16)  # keys share a direction u
+    q = torch.randn(1, sq, hq, d, generator=gen) * 3.0
+    q[:, :64] = -8.0 * u  # these rows' logits all lie near -8 |u|^2 / sqrt(d): tanh ~ -1 everywhere
+    q = q.to(torch.bfloat16)
+    v = torch.randn(1, sk, hkv, d, generator=gen).to(torch.bfloat16)
+    f = mod.parse_features("test", q, cap, (-1, -1), None)
+    scale = d ** -0.5
+    got = mod.attention(q.cuda(), k.cuda(), v.cuda(), scale, False, config=cfg, features=f).cpu()
+    e = Errors()
+    e.add(got[0], q[0], k[0], v[0], False, scale, cap, (-1, -1), None)
+    r = e.result()
+    assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, r
+    want = oracle(q[0, :64], k[0], v[0], False, scale, cap, (-1, -1), None, torch.float64)
+    rows = (got[0, :64].double() - want).norm() / want.norm()
+    assert rows <= 2e-2, f"rows with every logit near -cap: relative error {rows:.3g}"
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("d", [128, 256])
 def test_sinks_on_the_dense_warp_specialized_program_match_the_fp64_oracle(d):

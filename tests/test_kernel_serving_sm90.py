@@ -145,9 +145,10 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma, features, window):
     assert kernel.metadata.shared <= SMEM_PER_SM
 
 
-def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, features: bool = False):
+def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, features: bool = False,
+                         cap_bound: bool = False):
     """The warp-specialized varlen Gluon program compiled for sm_90 as `_launch_gluon*` launches it; `features`:
-    softcap, window and sinks all on (`_features.py`)."""
+    softcap, window and sinks all on (`_features.py`), with `cap_bound` the softcap without a running max."""
     import sys
     import types
 
@@ -170,7 +171,7 @@ def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, f
     sig.update(softcap_in="fp32", Sinks="*fp32")
     const = dict(HEAD_DIM=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
                  HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid,  # valid 80/96: zero-padded 128-wide tiles
-                 JOINT_RELEASE=False, SOFTCAP=features, WINDOW=features, SINKS=features)
+                 JOINT_RELEASE=False, SOFTCAP=features, WINDOW=features, SINKS=features, CAP_BOUND=cap_bound)
     if not features:
         const["Sinks"] = None
     if dense:
@@ -220,3 +221,19 @@ def test_varlen_gluon_program_with_model_features_keeps_the_schedule(tmp_path, d
     assert kernel.metadata.shared <= SMEM_PER_SM
     assert "MUFU.TANH" in sass
 
+
+
+@pytest.mark.parametrize("d", [128, 256])
+def test_softcap_without_a_running_max_drops_the_row_max(tmp_path, d):
+    """`CAP_BOUND` (softcap up to `_features.CAP_BOUND_MAX`): exp2 against a fixed reference, so the consumer has no
+    per-score float max and no accumulator rescale; the schedule, tanh on the special-function unit and no spills
+    stay. The online form keeps its row max (FMNMX per score)."""
+    pytest.importorskip("triton.experimental.gluon")
+    online = _sass(compile_gluon_varlen(True, True, d, 0, features=True), tmp_path)
+    kernel = compile_gluon_varlen(True, True, d, 0, features=True, cap_bound=True)
+    bound = _sass(kernel, tmp_path)
+    regs, local = _usage(kernel, tmp_path)
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in bound and "USETMAXREG" in bound and "MUFU.TANH" in bound
+    assert local == 0, f"register spills ({regs} registers, {local} bytes of local memory)"
+    fmax = [sass.count("FMNMX") for sass in (online, bound)]
+    assert fmax[0] >= 64 and fmax[1] * 4 <= fmax[0], f"float max instructions, online vs bound: {fmax}"

@@ -45,13 +45,15 @@ class Config:
     # sequence ends masked (the dense Gluon programs need lengths that are multiples of the tile)
     joint_release: bool = False  # that form's schedule before TUNING.md step 13: a K/V stage refilled only after
     # both its K and V were used (now K is released after QKᵀ, V after P·V); kept to measure against
+    cap_bound: bool = True  # the varlen form soft-caps without a running max (`_features.CAP_BOUND_MAX`, step 19);
+    # False: the online softmax as for plain calls, kept to measure against
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
                 + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else "") + (" px" if self.poly_exp else "")
                 + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else "")
                 + (" persistent" if self.persistent else "") + (" varlen" if self.varlen else "")
-                + (" joint" if self.joint_release else ""))
+                + (" joint" if self.joint_release else "") + ("" if self.cap_bound else " online-max"))
 
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+. 80 and 96 run padded to

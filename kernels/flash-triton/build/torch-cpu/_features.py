@@ -38,6 +38,10 @@ import torch
 _UNBOUNDED = 1 << 30  # a window side past every key: -1 in flash-attn's API
 GLUON_BY_DEFAULT = os.environ.get("FLASH_TRITON_GLUON_FEATURES") != "0"  # read once, when the module is loaded
 _LOG2E = math.log2(math.e)
+# The largest softcap the varlen Gluon program runs without a running max (`CAP_BOUND`, `varlen_gluon_meta`). A capped logit lies in [-cap, cap]: against the fixed reference r = max(cap - 30, 0), every exp lies in
+# [e^(-cap-r), e^(cap-r)], inside fp32's and bf16's normal range (e^-87.3 ... e^88.7) with room for the sums
+# (Sk·|v| up to ~3e25 under e^30) for any cap up to 55. Gemma 2 caps at 50, Grok at 30.
+CAP_BOUND_MAX = 55.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,12 @@ def kernel_args(f: Features, scale: float) -> tuple[float, float, int, int]:
     cap_in, cap_out = (scale / f.softcap, f.softcap * _LOG2E) if f.softcap > 0 else (1.0, 1.0)
     left, right = (_UNBOUNDED if w < 0 else w for w in f.window)
     return cap_in, cap_out, left, right
+
+
+def varlen_gluon_meta(f: Features, cap_bound: bool) -> dict:
+    """The varlen Gluon program's constexpr switches: `meta` plus `CAP_BOUND`, soft-capping without a running max
+    (`Config.cap_bound` and a cap up to `CAP_BOUND_MAX`)."""
+    return dict(f.meta(), CAP_BOUND=cap_bound and 0 < f.softcap <= CAP_BOUND_MAX)
 
 
 def sinks_only(f: Features) -> bool:

@@ -92,11 +92,20 @@ def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.
 
 
 @gluon.jit
+def _capped_softmax(s, l_i, qk_scale, m_ref, dtype: gl.constexpr, p_layout: gl.constexpr):
+    """`CAP_BOUND`: soft-capped scores lie in [-qk_scale, qk_scale] (base 2), so exp2 needs no running max: p =
+    exp2(s·qk_scale - m_ref) against a fixed reference, and the accumulator is never rescaled (no row max, no
+    alpha: fewer FMA-pipe instructions per score than the plain softmax, TUNING.md step 19)."""
+    p = gl.exp2(s * qk_scale - m_ref)
+    return gl.convert_layout(p.to(dtype), p_layout), l_i + gl.sum(p, axis=1)
+
+
+@gluon.jit
 def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                      o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left, win_right,
                      HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr, JOINT_RELEASE: gl.constexpr,
-                     SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr):
+                     SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr, CAP_BOUND: gl.constexpr):
     """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores; only
     the first HEAD_DIM_VALID columns are stored (a head dim of 80 or 96 computed on zero-padded 128-wide tiles).
     The walk's block i is key block `first` + i (stages and phases count i); the model features as the module says."""
@@ -124,7 +133,13 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         mbarrier.arrive(k_empty.index(0), count=1)  # this warpgroup is done with block 0's keys
     s = _feature_scores(s, first, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right, CAUSAL,
                         BLOCK_N, HALF_M, SOFTCAP, WINDOW)
-    p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout)
+    if CAP_BOUND:  # the reference: the cap less 30 (natural units) above a cap of 30, else 0 (`_features.CAP_BOUND_MAX`)
+        m_ref = gl.maximum(qk_scale - 43.28085122666891, 0.0)
+        m_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout)) + m_ref
+        p_op, l_i = _capped_softmax(s, gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout)), qk_scale, m_ref,
+                                    dtype, p_layout)
+    else:
+        p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -139,10 +154,15 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
             mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
         s = _feature_scores(s, first + j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right,
                             CAUSAL, BLOCK_N, HALF_M, SOFTCAP, WINDOW)
-        p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
-        acc = warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(v_empty.index(prev), count=1)  # this warpgroup is done with block j-1's values
-        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        if CAP_BOUND:
+            p_op, l_i = _capped_softmax(s, l_i, qk_scale, m_ref, dtype, p_layout)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            mbarrier.arrive(v_empty.index(prev), count=1)
+        else:
+            p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            mbarrier.arrive(v_empty.index(prev), count=1)  # this warpgroup is done with block j-1's values
+            acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
 
     last = (n_blocks - 1) % STAGES
     mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
@@ -173,7 +193,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                  DENSE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False,
                                  HEAD_DIM_VALID: gl.constexpr = 0, JOINT_RELEASE: gl.constexpr = False,
                                  SOFTCAP: gl.constexpr = False, WINDOW: gl.constexpr = False,
-                                 SINKS: gl.constexpr = False):
+                                 SINKS: gl.constexpr = False, CAP_BOUND: gl.constexpr = False):
     """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
     desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
 
@@ -250,11 +270,11 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
             (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left,
                                 win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE, SOFTCAP,
-                                WINDOW, SINKS)),
+                                WINDOW, SINKS, CAP_BOUND)),
             (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h, softcap_in,
                                 win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE,
-                                SOFTCAP, WINDOW, SINKS)),
+                                SOFTCAP, WINDOW, SINKS, CAP_BOUND)),
             (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                             q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])
