@@ -19,7 +19,9 @@ rows, with probability exactly 0): finite values leave it exact, an inf or NaN w
 Model features (`_features.py`, flash-attn's semantics), the one Gluon program that takes all of them (the dense
 warp-specialized one takes sinks alone), as constexpr switches (off: the plain program compiles as before):
   - `SOFTCAP`: logits cap·tanh(scale·q·kᵀ / cap), tanh on the special-function unit (`tanh.approx.f32`, what
-    flash-attn's `cutlass::fast_tanh` runs); the host then passes qk_scale = cap·log2(e);
+    flash-attn's `cutlass::fast_tanh` runs); the host then passes qk_scale = cap·log2(e). With `CAP_BOUND` (a cap
+    up to `_features.CAP_BOUND_MAX`, `Config.cap_bound`) the softmax has no running max: a capped logit is at most
+    the cap, so exp2 runs against a fixed reference and the accumulator is never rescaled (`_capped_softmax`);
   - `WINDOW`: key j kept for row i when i + diag - win_left <= j <= i + diag + win_right. A tile walks only the key
     blocks its rows' windows reach (from block `first`); the window mask runs only on blocks that cross a window
     edge for some row of the half;
