@@ -17,6 +17,6 @@ for name in "$@"; do
   echo "=== $name"
   timeout "${EACH_TIMEOUT:-300}" bash "scripts/gpu/$name.sh" 2>&1 | tee "$OUT/$name.log" | tail -"${TAIL:-25}"
   echo "=== $name done in $(( $(date +%s) - start ))s"
+  tar czf "$real_out/evidence.tgz" -C "$OUT" .  # after each script: a call cut short keeps what finished
 done
-tar czf "$real_out/evidence.tgz" -C "$OUT" .
 ls -la "$real_out"
