@@ -11,6 +11,7 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 # .git does not travel to the device: the caller writes the commit here (scripts/gpu/.sha, git-ignored).
 [ -f scripts/gpu/.sha ] && export ATTNPROF_GIT_SHA=$(cat scripts/gpu/.sha)
 real_out="$OUT"; export OUT=/tmp/evidence; mkdir -p "$OUT"
+export PACK="tar czf $real_out/evidence.tgz -C $OUT ."  # a script may pack what it has so far: eval "${PACK:-:}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,utilization.gpu,memory.used --format=csv > "$OUT/gpu.txt" 2>&1
 for name in "$@"; do
   start=$(date +%s)

@@ -14,10 +14,12 @@ t0=$(date +%s)
 timeout 200 python3 benchmarks/kernel_serving_bench.py --out "$dest/batch1" --parts tune --tune-set batch1 \
   > "$dest/batch1.log" 2>&1
 echo "batch1 tune exit=$? at $(( $(date +%s) - t0 ))s"; grep -E "^(tune|anatomy)" "$dest/batch1.log" | cut -c1-600
+eval "${PACK:-:}"
 FLASH_TRITON_CHECK_LAUNCH=1 timeout 150 python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_kernel_features.py \
   -k "gluon_varlen or dense_warp or saturating" > "$dest/features-cuda-tests.log" 2>&1
 echo "features cuda tests exit=$? at $(( $(date +%s) - t0 ))s"
 grep -E "passed|failed|FAILED|Error|assert" "$dest/features-cuda-tests.log" | tail -12 | cut -c1-400
+eval "${PACK:-:}"
 left=$(( 575 - ($(date +%s) - t0) ))
 timeout "$left" python3 benchmarks/kernel_features_bench.py > "$dest/features-bench.log" 2>&1
 echo "bench exit=$? at $(( $(date +%s) - t0 ))s"; cat "$dest/features-bench.log"
