@@ -2,7 +2,7 @@
 # Session 12, call 1 (TUNING.md step 19):
 #   1. batch-1 decode against cuDNN (issue 30 item 3): the split count and the merge's round trips
 #      (DecodeConfig.merge_group = 4) at batch 1 1k-32k and batch 4/16 8k, SDPA in the same run, and the profiler's
-#      kernels per call (the two-launch form shows the merge alone)                                   (<= 120 s)
+#      kernels per call (the two-launch form shows the merge alone)                                   (<= 140 s)
 #   2. softcap without a running max (issue 31, Config.cap_bound): the features' CUDA tests on the Gluon programs,
 #      with the saturating-logit oracle test, under FLASH_TRITON_CHECK_LAUNCH=1                     (<= 120 s)
 #   3. benchmarks/kernel_features_bench.py: softcap bound vs online-max vs plain                     (to 390 s)
