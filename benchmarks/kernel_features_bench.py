@@ -8,7 +8,8 @@ plain default call of the same shape, for prefill at 2x4096 (head dim 128, 32/8 
 each feature three ways (default, `gluon varlen` named, and that with `cap_bound=False`: softcap with a running max), and decode at B 1/16 over 8k keys (32/8 heads, head
 dim 128), bf16. A sliding window does less work than the plain causal call: its ratio may pass 1.
 
-    PYTHONPATH=src python3 benchmarks/kernel_features_bench.py
+    PYTHONPATH=src python3 benchmarks/kernel_features_bench.py [--softcap-only]
+`--softcap-only`: the plain and softcap cases of the prefill calls (a short run).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("kernel_features_bench: needs a CUDA GPU", file=sys.stderr)
         return 2
+    softcap_only = "--softcap-only" in sys.argv[1:]
+    cases = {k: v for k, v in CASES.items() if k in ("plain", "softcap 30")} if softcap_only else CASES
     mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
     sinks = {h: torch.randn(h, device="cuda") + 4 for h in (16, 32)}
 
@@ -65,10 +68,12 @@ def main() -> int:
         qd[:1], cache[0][:1], cache[1][:1], cache_seqlens=lens[:1], **kw)))
     calls.append(("decode B=16 over 8k", lambda kw: mod.flash_attn_with_kvcache(
         qd, cache[0], cache[1], cache_seqlens=lens, **kw)))
+    if softcap_only:
+        calls = [(label, call) for label, call in calls if label.startswith("prefill")]
     plain = {}
     for label, call in calls:
         base = label.removesuffix(" online-max").removesuffix(" gluon varlen")
-        for case, spec in CASES.items():
+        for case, spec in cases.items():
             kw = kwargs(spec, 32 if "32/" in label or "decode" in label else 16)
             us = time_call(lambda kw=kw, call=call: call(kw), "cuda", warmup=3, reps=20, cuda_graph=True).p50 * 1e3
             plain.setdefault(base, us)  # the default plain call of this shape (the first row of it)

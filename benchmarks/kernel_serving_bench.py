@@ -198,8 +198,8 @@ def tune_configs(mod, tune_set: str) -> list:
     merge's round trips at batch 1 (step 19)."""
     c = mod.DecodeConfig
     if tune_set == "batch1":
-        return [c(), c(merge_group=4), c(merge_group=4, prefetch_merge=False), c(num_splits=4), c(num_splits=8),
-                c(num_splits=8, merge_group=4), c(num_splits=12, merge_group=4), c(ctas_per_sm=2, merge_group=4)]
+        return [c(), c(merge_group=4), c(merge_group=4, prefetch_merge=False), c(num_splits=8),
+                c(num_splits=8, merge_group=4), c(ctas_per_sm=2, merge_group=4)]
     return [c(), c(prefetch_merge=True), c(ctas_per_sm=1), c(ctas_per_sm=1, prefetch_merge=True),
             c(block_n=128, ctas_per_sm=1), c(block_n=128, ctas_per_sm=1, prefetch_merge=True),
             c(num_stages=4, ctas_per_sm=1, prefetch_merge=True), c(num_warps=2, ctas_per_sm=1, prefetch_merge=True),
@@ -220,7 +220,7 @@ def tune_rows(mod, hq: int, hkv: int, d: int, l2_bytes: int, tune_set: str = "sw
               file=sys.stderr, flush=True)
     if tune_set == "batch1":
         c = mod.DecodeConfig
-        for b, s in ((1, 8192), (1, 32768)):
+        for b, s in ((1, 8192),):
             rows += anatomy_rows(mod, [c(), c(fused_reduce=False), c(merge_group=4)], b, s, hq, hkv, d)
     return rows
 
