@@ -87,11 +87,11 @@ def decode():
     return {"dense": compile_decode(0, False, True), "paged64-append": compile_decode(64, True, True),
             "paged16-2launch": compile_decode(16, False, False), "dense-d256": compile_decode(0, False, True, d=256),
             "dense-softcap": compile_decode(0, False, True, softcap=True),
-            "dense-merge4": compile_decode(0, False, True, merge_group=4)}
+            "dense-merge1-prefetch": compile_decode(0, False, True, merge_group=1, prefetch_merge=True)}
 
 
 @pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch", "dense-d256", "dense-softcap",
-                                     "dense-merge4"])
+                                     "dense-merge1-prefetch"])
 def test_decode_program_is_pipelined_without_spills(decode, variant, tmp_path):
     kernel = decode[variant]
     regs, local = _usage(kernel, tmp_path)

@@ -40,8 +40,11 @@ class DecodeConfig:
     # CTA slots per SM the split heuristic fills. FlashAttention-2 counts 2; on the H200 1 (half the splits, twice
     # as long: less to merge, longer K/V streams) was faster at batch 1-4 and equal above (decode30b.sh)
     ctas_per_sm: int = 1
-    prefetch_merge: bool = True  # the merge loads split s + 1 before merging split s (`_decode._reduce_splits`)
-    merge_group: int = 1  # splits the merge loads per round trip (1 or 4; with prefetch, the next group too)
+    # The merge: `merge_group` splits' partials loaded per L2 round trip (1 or 4), and with `prefetch_merge` the next
+    # group loaded while this one merges (`_decode._reduce_splits`). Four, no prefetch: batch 1 at 8k 19.6 -> 18.1 µs
+    # against cuDNN's 18.6 on an H100 (TUNING.md step 19, session 12); one with prefetch was the default before.
+    prefetch_merge: bool = False
+    merge_group: int = 4
 
     def __post_init__(self) -> None:
         if self.merge_group not in (1, 4):
