@@ -220,8 +220,7 @@ def tune_rows(mod, hq: int, hkv: int, d: int, l2_bytes: int, tune_set: str = "sw
               file=sys.stderr, flush=True)
     if tune_set == "batch1":
         c = mod.DecodeConfig
-        for b, s in ((1, 8192),):
-            rows += anatomy_rows(mod, [c(), c(fused_reduce=False), c(merge_group=4)], b, s, hq, hkv, d)
+        rows += anatomy_rows(mod, [c(), c(fused_reduce=False), c(merge_group=4)], 1, 8192, hq, hkv, d)
     return rows
 
 
@@ -237,10 +236,10 @@ def anatomy_rows(mod, configs, b: int, s: int, hq: int, hkv: int, d: int, calls:
     k = torch.randn(b, s, hkv, d, device=DEVICE, dtype=torch.bfloat16)
     v = torch.randn_like(k)
     lens = torch.full((b,), s, dtype=torch.int32, device=DEVICE)
-    qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     fns = {cfg.label(): (lambda cfg=cfg: mod.kvcache_attention(q, k, v, cache_seqlens=lens, config=cfg))
            for cfg in configs}
-    fns["sdpa"] = lambda: F.scaled_dot_product_attention(qh, kh, vh, enable_gqa=True)
+    sdpa, _ = _decode_fn(mod, "sdpa", q, [k], [v], lens, None, False)
+    fns["sdpa"] = lambda: sdpa(0)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for label, fn in fns.items():
@@ -252,8 +251,8 @@ def anatomy_rows(mod, configs, b: int, s: int, hq: int, hkv: int, d: int, calls:
                         per.setdefault(e.name[:80], []).append(e.dur)
             rows.append({"part": "anatomy", "impl": label, "batch": b, "kv_len": s, "status": "ok",
                          "kernels": {n: sum(x) / len(x) for n, x in per.items()}})
-            print(f"anatomy B={b} S={s} {label}: " + ", ".join(f"{n[:40]} {t:.1f}us" for n, t in
-                                                                rows[-1]["kernels"].items()), file=sys.stderr, flush=True)
+            kernels = ", ".join(f"{n[:40]} {t:.1f}us" for n, t in rows[-1]["kernels"].items())
+            print(f"anatomy B={b} S={s} {label}: {kernels}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -279,12 +278,9 @@ def _tune_point(mod, configs, b: int, s: int, hq: int, hkv: int, d: int, l2_byte
         except (RuntimeError, ValueError) as e:
             rows.append({**row, "status": "error", "reason": str(e).strip().splitlines()[0][:200]})
     if with_sdpa:
-        qh = q.transpose(1, 2).contiguous()
-        kh = [k.transpose(1, 2).contiguous() for k in ks]
-        vh = [v.transpose(1, 2).contiguous() for v in vs]
+        sdpa, _ = _decode_fn(mod, "sdpa", q, ks, vs, lens, None, False)
         rows.append({"part": "tune", "impl": "sdpa (auto)", "batch": b, "kv_len": s, "kv_bytes": kv_bytes,
-                     "status": "ok", **timed(lambda i: F.scaled_dot_product_attention(qh, kh[i], vh[i], enable_gqa=True),
-                                             rotate, methods=("graph",))})
+                     "status": "ok", **timed(sdpa, rotate, methods=("graph",))})
     return rows
 
 

@@ -222,6 +222,17 @@ def _partial(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M: tl.c
 
 
 @triton.jit
+def _partials4(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+               NUM_SPLITS_MAX):
+    """`_partial` of splits s ... s + 3: four independent loads, in flight together (one L2 round trip)."""
+    m0, l0, a0 = _partial(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM, NUM_SPLITS_MAX)
+    m1, l1, a1 = _partial(PartAcc, PartML, tile, s + 1, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM, NUM_SPLITS_MAX)
+    m2, l2, a2 = _partial(PartAcc, PartML, tile, s + 2, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM, NUM_SPLITS_MAX)
+    m3, l3, a3 = _partial(PartAcc, PartML, tile, s + 3, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM, NUM_SPLITS_MAX)
+    return m0, l0, a0, m1, l1, a1, m2, l2, a2, m3, l3, a3
+
+
+@triton.jit
 def _merge4(m_i, l_i, acc, m0, l0, a0, m1, l1, a1, m2, l2, a2, m3, l3, a3):
     """`_merge` of four partials into (m_i, l_i, acc) at once: one max, five weights, no chain of merges."""
     m = tl.maximum(tl.maximum(tl.maximum(m_i, m0), tl.maximum(m1, m2)), m3)
@@ -256,36 +267,20 @@ def _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M: t
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     if GROUP == 4:
-        m0, l0, a0 = _partial(PartAcc, PartML, tile, n_lo, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                              NUM_SPLITS_MAX)
-        m1, l1, a1 = _partial(PartAcc, PartML, tile, n_lo + 1, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                              NUM_SPLITS_MAX)
-        m2, l2, a2 = _partial(PartAcc, PartML, tile, n_lo + 2, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                              NUM_SPLITS_MAX)
-        m3, l3, a3 = _partial(PartAcc, PartML, tile, n_lo + 3, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                              NUM_SPLITS_MAX)
+        m0, l0, a0, m1, l1, a1, m2, l2, a2, m3, l3, a3 = _partials4(PartAcc, PartML, tile, n_lo, n_hi, rows, offs_d,
+                                                                    row_ok, BLOCK_M, HEAD_DIM, NUM_SPLITS_MAX)
         for s in range(n_lo + 4, n_hi + 4, 4):  # s: the first split of the next group
             if PREFETCH:  # the next group's loads go out before this group is merged
-                n0, k0, b0 = _partial(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                                      NUM_SPLITS_MAX)
-                n1, k1, b1 = _partial(PartAcc, PartML, tile, s + 1, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                                      NUM_SPLITS_MAX)
-                n2, k2, b2 = _partial(PartAcc, PartML, tile, s + 2, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                                      NUM_SPLITS_MAX)
-                n3, k3, b3 = _partial(PartAcc, PartML, tile, s + 3, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                                      NUM_SPLITS_MAX)
+                n0, k0, b0, n1, k1, b1, n2, k2, b2, n3, k3, b3 = _partials4(PartAcc, PartML, tile, s, n_hi, rows,
+                                                                            offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                                                            NUM_SPLITS_MAX)
                 m_i, l_i, acc = _merge4(m_i, l_i, acc, m0, l0, a0, m1, l1, a1, m2, l2, a2, m3, l3, a3)
                 m0, l0, a0, m1, l1, a1, m2, l2, a2, m3, l3, a3 = n0, k0, b0, n1, k1, b1, n2, k2, b2, n3, k3, b3
             else:
                 m_i, l_i, acc = _merge4(m_i, l_i, acc, m0, l0, a0, m1, l1, a1, m2, l2, a2, m3, l3, a3)
-                m0, l0, a0 = _partial(PartAcc, PartML, tile, s, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                                      NUM_SPLITS_MAX)
-                m1, l1, a1 = _partial(PartAcc, PartML, tile, s + 1, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                                      NUM_SPLITS_MAX)
-                m2, l2, a2 = _partial(PartAcc, PartML, tile, s + 2, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                                      NUM_SPLITS_MAX)
-                m3, l3, a3 = _partial(PartAcc, PartML, tile, s + 3, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
-                                      NUM_SPLITS_MAX)
+                m0, l0, a0, m1, l1, a1, m2, l2, a2, m3, l3, a3 = _partials4(PartAcc, PartML, tile, s, n_hi, rows,
+                                                                            offs_d, row_ok, BLOCK_M, HEAD_DIM,
+                                                                            NUM_SPLITS_MAX)
     elif PREFETCH:
         m_n, l_n, acc_n = _partial(PartAcc, PartML, tile, n_lo, n_hi, rows, offs_d, row_ok, BLOCK_M, HEAD_DIM,
                                    NUM_SPLITS_MAX)

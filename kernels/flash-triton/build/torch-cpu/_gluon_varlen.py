@@ -158,12 +158,11 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
                             CAUSAL, BLOCK_N, HALF_M, SOFTCAP, WINDOW)
         if CAP_BOUND:
             p_op, l_i = _capped_softmax(s, l_i, qk_scale, m_ref, dtype, p_layout)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            mbarrier.arrive(v_empty.index(prev), count=1)
         else:
             p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            mbarrier.arrive(v_empty.index(prev), count=1)  # this warpgroup is done with block j-1's values
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(v_empty.index(prev), count=1)  # this warpgroup is done with block j-1's values
+        if not CAP_BOUND:
             acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
 
     last = (n_blocks - 1) % STAGES
