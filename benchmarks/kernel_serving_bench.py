@@ -13,7 +13,7 @@ against our dense kernel called once per sequence (the same FLOPs), SDPA per seq
 mask; TF/s = Σ 4·H·S²·D/2. `--tune` also times decode configs on a few points (TUNING.md's data).
 
     PYTHONPATH=src python3 benchmarks/kernel_serving_bench.py --out DIR [--parts decode,varlen,tune]
-Writes DIR/h200-kernel-serving.md and DIR/kernel-serving-bench.json (schema attnprof.kernel-serving-bench/1).
+Writes DIR/<gpu>-kernel-serving.md (h200, h100: the GPU it ran on) and DIR/kernel-serving-bench.json (schema attnprof.kernel-serving-bench/1).
 """
 
 from __future__ import annotations
@@ -195,11 +195,12 @@ def varlen_rows(mod, lengths: list[int], hq: int, hkv: int, d: int, flex_ok: boo
 
 def tune_configs(mod, tune_set: str) -> list:
     """The decode configs a tune set times: `sweep` is TUNING.md step 15's grid; `batch1` the split count and the
-    merge's round trips at batch 1 (step 19)."""
+    merge's round trips at batch 1 (steps 19 and 20)."""
     c = mod.DecodeConfig
-    if tune_set == "batch1":
-        return [c(), c(merge_group=4), c(merge_group=4, prefetch_merge=False), c(num_splits=8),
-                c(num_splits=8, merge_group=4), c(ctas_per_sm=2, merge_group=4)]
+    if tune_set == "batch1":  # the default (merge 4) against the one before it, split counts around the heuristic's
+        # (14 at batch 1 over 32k keys: 112 of 132 SMs) and eight warps per split
+        return [c(), c(merge_group=1, prefetch_merge=True), c(num_splits=8), c(num_splits=16), c(num_splits=32),
+                c(num_warps=8)]
     return [c(), c(prefetch_merge=True), c(ctas_per_sm=1), c(ctas_per_sm=1, prefetch_merge=True),
             c(block_n=128, ctas_per_sm=1), c(block_n=128, ctas_per_sm=1, prefetch_merge=True),
             c(num_stages=4, ctas_per_sm=1, prefetch_merge=True), c(num_warps=2, ctas_per_sm=1, prefetch_merge=True),
@@ -220,7 +221,7 @@ def tune_rows(mod, hq: int, hkv: int, d: int, l2_bytes: int, tune_set: str = "sw
               file=sys.stderr, flush=True)
     if tune_set == "batch1":
         c = mod.DecodeConfig
-        rows += anatomy_rows(mod, [c(), c(fused_reduce=False), c(merge_group=4)], 1, 8192, hq, hkv, d)
+        rows += anatomy_rows(mod, [c(), c(fused_reduce=False), c(merge_group=1, prefetch_merge=True)], 1, 8192, hq, hkv, d)
     return rows
 
 
@@ -345,7 +346,7 @@ def main() -> int:
 
 
 def write_results(out: Path, rows: list[dict], copy_gbps: float, command: str, shape: dict, kernel: str) -> str:
-    """Rates beside their ceiling, then DIR/kernel-serving-bench.json and DIR/h200-kernel-serving.md; the markdown."""
+    """Rates beside their ceiling, then DIR/kernel-serving-bench.json and DIR/<gpu>-kernel-serving.md; the markdown."""
     from kernel_serving_report import render  # benchmarks/ is this script's folder, first on sys.path
 
     for r in rows:
@@ -360,7 +361,9 @@ def write_results(out: Path, rows: list[dict], copy_gbps: float, command: str, s
                                                    "kernel": kernel, "shape": shape, "copy_gbps": copy_gbps,
                                                    "rows": rows})
     md = render(rows, copy_gbps, command, prov, kernel, shape)
-    write_atomic(out / "h200-kernel-serving.md", md)
+    name = torch.cuda.get_device_name()
+    gpu = next((g for g in ("h200", "h100", "a100") if g in name.lower()), "gpu")  # files named for the GPU that ran
+    write_atomic(out / f"{gpu}-kernel-serving.md", md)
     return md
 
 
