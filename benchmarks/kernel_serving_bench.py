@@ -6,8 +6,9 @@ read + written); every decode row prints K/V GB/s and that fraction. A step is a
 launch cost (Triton's Python launcher, torch's dispatcher: 10-30 µs) can hide the kernel: each row is timed twice,
 `triton.testing.do_bench` (eager launches, L2 flushed between calls) and `do_bench_cudagraph` (the calls replayed
 from a CUDA graph, what a serving loop with graphs runs; the caches are cycled over copies larger than L2 so no call
-reads another's bytes from cache). Ours: `flash_attn_with_kvcache` on a dense cache `[B, S, Hkv, D]` and on paged
-caches (scattered block tables); SDPA auto / pinned flash / efficient and flex on `[B, H, S, D]`, GQA by
+reads another's bytes from cache). Ours: `flash_attn_with_kvcache` on a dense cache `[B, S, Hkv, D]`, on `[B, S,
+Hkv, D]` views of head-major `[B, Hkv, S, D]` storage (`ours-heads`: transformers' static cache, and the bytes SDPA
+reads) and on paged caches (scattered block tables); SDPA auto / pinned flash / efficient and flex on `[B, H, S, D]`, GQA by
 `enable_gqa`. Prefill: 8 causal sequences of different lengths packed into one `flash_attn_varlen_func` call,
 against our dense kernel called once per sequence (the same FLOPs), SDPA per sequence and flex with a document
 mask; TF/s = Σ 4·H·S²·D/2. `--tune` also times decode configs on a few points (TUNING.md's data).
@@ -35,7 +36,7 @@ from attnprof.provenance import provenance
 from attnprof.variants import kernel_hub
 
 SCHEMA = "attnprof.kernel-serving-bench/1"
-DECODE_IMPLS = ("ours", "ours-paged64", "ours-paged256", "sdpa", "sdpa-flash", "sdpa-efficient", "flex")
+DECODE_IMPLS = ("ours", "ours-heads", "ours-paged64", "ours-paged256", "sdpa", "sdpa-flash", "sdpa-efficient", "flex")
 TUNE_POINTS = ((1, 1024), (1, 8192), (1, 32768), (4, 8192), (16, 8192), (64, 4096))
 # `--tune-set batch1` (issue 30 item 3): batch 1 against cuDNN, and batch 4 (4 splits) to see what a change costs there
 BATCH1_POINTS = ((1, 1024), (1, 8192), (1, 32768), (4, 8192))
@@ -101,6 +102,13 @@ def _decode_fn(mod, impl, q, ks, vs, seqlens, gen, flex_ok):
     if impl == "ours":
         def fn(i):
             return mod.flash_attn_with_kvcache(q, ks[i], vs[i], cache_seqlens=seqlens)
+        return fn, fn(0)
+    if impl == "ours-heads":  # transformers' static cache: [B, Hkv, S, D] storage (SDPA's), read through views
+        hk = [k.transpose(1, 2).contiguous().transpose(1, 2) for k in ks]
+        hv = [v.transpose(1, 2).contiguous().transpose(1, 2) for v in vs]
+
+        def fn(i):
+            return mod.flash_attn_with_kvcache(q, hk[i], hv[i], cache_seqlens=seqlens)
         return fn, fn(0)
     if impl.startswith("ours-paged"):
         page = int(impl.removeprefix("ours-paged"))
@@ -278,7 +286,11 @@ def _tune_point(mod, configs, b: int, s: int, hq: int, hkv: int, d: int, l2_byte
             rows.append({**row, "status": "ok", **timed(call, rotate, methods=("graph",))})
         except (RuntimeError, ValueError) as e:
             rows.append({**row, "status": "error", "reason": str(e).strip().splitlines()[0][:200]})
-    if with_sdpa:
+    if with_sdpa:  # the default on SDPA's own layout (head-major storage), then SDPA
+        heads, out = _decode_fn(mod, "ours-heads", q, ks, vs, lens, None, False)
+        rows.append({"part": "tune", "impl": f"{configs[0].label()} heads", "batch": b, "kv_len": s,
+                     "kv_bytes": kv_bytes, "status": "ok", "rel_diff": ((out.float() - ref).norm() / ref.norm()).item(),
+                     **timed(heads, rotate, methods=("graph",))})
         sdpa, _ = _decode_fn(mod, "sdpa", q, ks, vs, lens, None, False)
         rows.append({"part": "tune", "impl": "sdpa (auto)", "batch": b, "kv_len": s, "kv_bytes": kv_bytes,
                      "status": "ok", **timed(sdpa, rotate, methods=("graph",))})

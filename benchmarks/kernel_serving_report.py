@@ -46,6 +46,10 @@ def decode_targets(rows: list[dict]) -> list[str]:
             if "graph" in paged:
                 slow = paged["graph"] / ours["graph"] - 1
                 checks.append(f"{'✓' if slow <= 0.10 else '✗'} paged{page} {slow:+.0%} vs dense")
+        heads = cell.get("ours-heads", {})
+        if "graph" in heads and "graph" in cell.get("sdpa", {}):  # both reading head-major [B, Hkv, S, D] storage
+            ratio = cell["sdpa"]["graph"] / heads["graph"]
+            checks.append(f"{'✓' if ratio >= 1 else '✗'} {ratio:.2f}× sdpa on its layout (ours-heads)")
         lines.append(f"- B={b} Skv={s}: " + "; ".join(checks))
     return lines
 
