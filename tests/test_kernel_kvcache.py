@@ -234,8 +234,12 @@ def _module():
 def test_splits_come_from_shapes_like_flash_attention_2():
     splits = importlib.import_module(_module().__name__ + "._splits")  # by name: a later load may rebind the attribute
     assert splits.num_splits_heuristic(512, 264, 128, 128) == 1  # batch 64 x 8 kv heads: no split
-    s = splits.num_splits_heuristic(8, 264, 128, 128)  # batch 1 x 8 kv heads fills ~264 CTA slots
-    assert 8 * s >= 0.85 * 264 and s <= 33, s
+    # the largest count in one wave of 132 slots (1 per SM): batch 1 / 2 / 4 x 8 kv heads over 32k keys (256 blocks)
+    assert [splits.num_splits_heuristic(8 * b, 132, 256, 128) for b in (1, 2, 4)] == [16, 8, 4]
+    assert splits.num_splits_heuristic(8, 132, 8, 128) == 8  # 1k keys: one block per split
+    assert splits.num_splits_heuristic(1, 132, 256, 128) == 128  # one kv head: MAX_SPLITS
+    # 33 splits of 128 blocks give as many blocks per split (4) as 32: the extra one would be empty
+    assert splits.num_splits_heuristic(8, 264, 128, 128) == 32
     p = splits.plan(1, 8, 4, 8192, torch.device("cpu"), splits.DecodeConfig(block_n=64), num_splits=16)
     assert (p.block_m, p.m_tiles, p.num_splits, p.split_len) == (16, 1, 16, 512)
     p = splits.plan(1, 8, 4, 100, torch.device("cpu"), splits.DecodeConfig(block_n=64), num_splits=16)

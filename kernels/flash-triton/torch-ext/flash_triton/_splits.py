@@ -3,11 +3,12 @@
 Everything here is decided from shapes on the host (never from `cache_seqlens`, which lives on the device), so a
 decode step launches the same grid every time its shapes repeat and can be captured in a CUDA graph.
 
-Splits: FlashAttention-2's heuristic (`num_splits_heuristic` in flash_api.cpp). With fewer CTAs than ~0.8 × the
-CTA slots (`ctas_per_sm` × SMs; FlashAttention-2 counts 2 per SM, we count 1), split the keys so that the waves are
-nearly full: for each split count, the fraction of the last wave that is busy, and take the smallest count within
-85 % of the best. Batch 1 with 8 KV heads on 132 SMs gets ~16 splits; batch 64 gets none. The split length is a
-whole number of key blocks.
+Splits: with fewer CTAs than ~0.8 × the CTA slots (`ctas_per_sm` × SMs; FlashAttention-2 counts 2 per SM, we count
+1), split the keys so that one wave of CTAs fills the slots best: the largest split count that fits in one wave
+(`num_splits_heuristic`). Batch 1 with 8 KV heads on 132 SMs gets 16 splits (128 CTAs), batch 2 8, batch 4 4; batch
+64 gets none. FlashAttention-2 (`num_splits_heuristic` in flash_api.cpp) takes the smallest count within 85 % of the
+best wave efficiency over any number of waves: 14 at batch 1 over 32k keys, 112 of 132 SMs busy, 2 % slower on an
+H100 (TUNING.md step 20); a second wave lost more (32 splits). The split length is a whole number of key blocks.
 
 Counters (the fused merge): one int32 per (b, kv head, M tile), 0 before a call and put back to 0 by the CTA that
 merges. They come from a ring of zeros per device, handed out as consecutive ranges (the ring and the range's first
@@ -104,23 +105,12 @@ def sm_count(device: torch.device) -> int:
 
 
 def num_splits_heuristic(ctas: int, slots: int, n_blocks: int, max_splits: int) -> int:
-    """FlashAttention-2's choice: the smallest split count whose last wave is >= 85 % as full as the best one's."""
+    """The largest split count whose CTAs fit in one wave of the slots (the module docstring), counting only counts
+    that change the key blocks per split (another only adds empty splits)."""
     if ctas >= 0.8 * slots:
         return 1
-    max_splits = min(max_splits, slots, n_blocks)
-    if max_splits <= 1:
-        return 1
-
-    def eligible(s: int) -> bool:  # a count that gives the same blocks per split as s - 1 adds only empty splits
-        return s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))
-
-    efficiency = {}
-    for s in range(1, max_splits + 1):
-        if eligible(s):
-            waves = ctas * s / slots
-            efficiency[s] = waves / -(-waves // 1)
-    best = max(efficiency.values())
-    return next(s for s, e in efficiency.items() if e >= 0.85 * best)
+    max_splits = min(max_splits, slots // ctas, n_blocks)
+    return next((s for s in range(max_splits, 1, -1) if -(-n_blocks // s) != -(-n_blocks // (s - 1))), 1)
 
 
 @functools.lru_cache(maxsize=4096)
