@@ -20,7 +20,7 @@ def chain(X, ITERS: tl.constexpr, ASM: tl.constexpr, CONS: tl.constexpr, DT: tl.
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(X + offs).to(DT)
     for _ in range(ITERS):
-        x = tl.inline_asm_elementwise(ASM, CONS, [x], dtype=DT, is_pure=False, pack=PACK)
+        x = tl.inline_asm_elementwise(ASM, CONS, [x], dtype=x.dtype, is_pure=False, pack=PACK)
     tl.store(X + offs, x.to(tl.float32))
 
 
