@@ -6,7 +6,8 @@ computes the features (`_features.py`), and with FLASH_TRITON_GLUON_FEATURES=0 t
 runs the split-KV program either way, with a switch on. This prints GPU time per call from CUDA-graph replays (`attnprof.bench.timing.time_call`) and the ratio to the
 plain default call of the same shape, for prefill at 2x4096 (head dim 128, 32/8 heads; and Gemma 2's 256, 16/8),
 each feature in several ways (default, `gluon varlen` named, that with `cap_bound=False`: softcap with a running max,
-and with `cap_poly` 2 and 4: one exp2 in 2 or 4 of the bounded softcap on the FMA pipes), and decode at B 1/16 over
+with `cap_poly` 2 and 4: one exp2 in 2 or 4 of the bounded softcap on the FMA pipes, and with `pingpong`: the two
+consumers' matmuls issued in turn), and decode at B 1/16 over
 8k keys (32/8 heads, head dim 128), bf16. A sliding window does less work than the plain causal call: its ratio may pass 1.
 
     PYTHONPATH=src python3 benchmarks/kernel_features_bench.py [--softcap-only]
@@ -65,6 +66,8 @@ def main() -> int:
         for n in (2, 4):  # one exp2 in n on the FMA pipes (TUNING.md step 20)
             calls.append((name + f" gluon varlen poly/{n}",
                           lambda kw, q=q, k=k, v=v, d=d, n=n: gluon_varlen(q, k, v, kw, d, cap_poly=n)))
+        calls.append((name + " gluon varlen pingpong",  # the consumers' matmuls in turn (step 20)
+                      lambda kw, q=q, k=k, v=v, d=d: gluon_varlen(q, k, v, kw, d, pingpong=True)))
     cache = [torch.randn(16, 8192, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2)]  # [B, S, Hkv, D]
     qd = torch.randn(16, 1, 32, 128, device="cuda", dtype=torch.bfloat16)  # [B, 1, Hq, D]
     lens = torch.full((16,), 8192, dtype=torch.int32, device="cuda")

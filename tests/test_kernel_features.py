@@ -316,15 +316,17 @@ def test_features_on_the_gpu_match_the_fp64_oracle(feature):
 GLUON_FEATURES = dict(FEATURES, **{"window-wide": (True, 0.0, (300, 0), False)})  # a window over several blocks
 
 
-GLUON_CASES = ([(f, 128, 0) for f in GLUON_FEATURES] + [("all", 64, 0), ("sinks", 64, 0), ("all", 256, 0),
-                                                           ("window-both-sides", 256, 0)]
-               + [("all", 128, 2), ("softcap", 128, 4)])  # Config.cap_poly: masked (-inf) scores through the polynomial
+GLUON_CASES = ([(f, 128, {}) for f in GLUON_FEATURES] + [("all", 64, {}), ("sinks", 64, {}), ("all", 256, {}),
+                                                            ("window-both-sides", 256, {})]
+               # Config.cap_poly: masked (-inf) scores through the polynomial; Config.pingpong: matmuls in turn
+               + [("all", 128, dict(cap_poly=2)), ("softcap", 128, dict(cap_poly=4)), ("all", 128, dict(pingpong=True)),
+                  ("window-wide", 128, dict(pingpong=True)), ("softcap", 256, dict(pingpong=True))])
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("feature,d,cap_poly", GLUON_CASES,
-                         ids=[f"{f}-d{d}" + (f"-poly{n}" if n else "") for f, d, n in GLUON_CASES])
-def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, cap_poly):
+@pytest.mark.parametrize("feature,d,options", GLUON_CASES,
+                         ids=[f"{f}-d{d}" + "".join(f"-{k}{v}" for k, v in o.items()) for f, d, o in GLUON_CASES])
+def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, options):
     """The varlen Gluon program (the only Gluon one that takes the features, and their default where the plain call
     takes a Gluon program) named explicitly: a dense call in both TMA layouts with ragged lengths (the shifted last key block), and
     packed sequences, bf16, at gpt-oss's, Mistral's and Gemma 2's head dims."""
@@ -337,7 +339,7 @@ def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, 
         pytest.skip("the Gluon programs are sm_90 only")
     causal, cap, window, with_sinks = GLUON_FEATURES[feature]
     cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
-                     gluon=True, warp_specialize=True, varlen=True, cap_poly=cap_poly)
+                     gluon=True, warp_specialize=True, varlen=True, **options)
     gen = torch.Generator().manual_seed(7)
 
     def rand(*shape, scale=1.0):

@@ -146,10 +146,10 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma, features, window):
 
 
 def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, features: bool = False,
-                         cap_bound: bool = False, cap_poly: int = 0):
+                         cap_bound: bool = False, cap_poly: int = 0, pingpong: bool = False):
     """The warp-specialized varlen Gluon program compiled for sm_90 as `_launch_gluon*` launches it; `features`:
     softcap, window and sinks all on (`_features.py`), with `cap_bound` the softcap without a running max (and
-    `cap_poly`: one exponential in that many on the FMA pipes)."""
+    `cap_poly`: one exponential in that many on the FMA pipes; `pingpong`: the consumers' matmuls in turn)."""
     import sys
     import types
 
@@ -174,6 +174,7 @@ def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, f
                  HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid,  # valid 80/96: zero-padded 128-wide tiles
                  JOINT_RELEASE=False, SOFTCAP=features, WINDOW=features, SINKS=features, CAP_BOUND=cap_bound)
     const["CAP_POLY"] = cap_poly
+    const["PINGPONG"] = pingpong
     if not features:
         const["Sinks"] = None
     if dense:
@@ -258,3 +259,20 @@ def test_softcap_polynomial_exponentials_leave_the_special_function_unit(tmp_pat
     assert abs(ex2[1] - expected) <= 8, f"MUFU.EX2 bound vs poly/{cap_poly}: {ex2}"
     assert poly.count("MUFU.TANH") == bound.count("MUFU.TANH")
     assert [poly.count(op) for op in ("F2I", "FRND")] == [bound.count(op) for op in ("F2I", "FRND")]
+
+
+@pytest.mark.parametrize("features", [False, True], ids=["plain", "features"])
+def test_pingpong_consumers_wait_for_their_turn_and_keep_the_schedule(tmp_path, features):
+    """`PINGPONG` (FlashAttention-3's ping-pong): each consumer waits on its turn barrier before issuing its matmuls
+    and arrives on the other's after (more mbarrier waits than the free-running program), and still overlaps its
+    softmax with its own P·V (one wgmma group outstanding), with no spills."""
+    pytest.importorskip("triton.experimental.gluon")
+    free = _sass(compile_gluon_varlen(True, True, 128, 0, features=features, cap_bound=features), tmp_path)
+    kernel = compile_gluon_varlen(True, True, 128, 0, features=features, cap_bound=features, pingpong=True)
+    sass = _sass(kernel, tmp_path)
+    regs, local = _usage(kernel, tmp_path)
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
+    assert local == 0, f"register spills ({regs} registers, {local} bytes of local memory)"
+    waits = [text.count("SYNCS.PHASECHK") for text in (free, sass)]
+    arrives = [text.count("SYNCS.ARRIVE") for text in (free, sass)]
+    assert waits[1] > waits[0] and arrives[1] > arrives[0], f"mbarrier waits {waits}, arrives {arrives}"

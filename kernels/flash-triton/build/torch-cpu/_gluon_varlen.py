@@ -134,15 +134,27 @@ def _capped_softmax(s, l_i, qk_scale, m_ref, dtype: gl.constexpr, p_layout: gl.c
 
 
 @gluon.jit
+def _turn(turn_me, t, LEAD: gl.constexpr):
+    """`PINGPONG` (FlashAttention-3's ping-pong): wait for this consumer's turn t >= 1 to issue its matmuls. The turns
+    alternate, lead consumer first: each consumer arrives on the other's barrier once it has issued, so turn t of
+    the lead waits for phase t - 1 of its barrier, the other's for phase t. Turn 0 is waited for at the call."""
+    if LEAD:
+        mbarrier.wait(turn_me, (t - 1) & 1)
+    else:
+        mbarrier.wait(turn_me, t & 1)
+
+
+@gluon.jit
 def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                      o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left, win_right,
                      HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr, JOINT_RELEASE: gl.constexpr,
                      SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr, CAP_BOUND: gl.constexpr,
-                     CAP_POLY: gl.constexpr):
+                     CAP_POLY: gl.constexpr, turn_me, turn_other, LEAD: gl.constexpr, PINGPONG: gl.constexpr):
     """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores; only
     the first HEAD_DIM_VALID columns are stored (a head dim of 80 or 96 computed on zero-padded 128-wide tiles).
-    The walk's block i is key block `first` + i (stages and phases count i); the model features as the module says."""
+    The walk's block i is key block `first` + i (stages and phases count i); the model features as the module says.
+    `PINGPONG`: the two consumers issue their matmuls in turn (`_turn`), the `LEAD` one first."""
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -161,7 +173,11 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
 
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_bar.index(0), 0)
+    if PINGPONG and not LEAD:  # turn 0: the lead consumer issues first
+        mbarrier.wait(turn_me, 0)
     s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn_other, count=1)
     s = warpgroup_mma_wait(0, deps=[s])
     if not JOINT_RELEASE:
         mbarrier.arrive(k_empty.index(0), count=1)  # this warpgroup is done with block 0's keys
@@ -180,9 +196,15 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         slot = j % STAGES
         prev = (j - 1) % STAGES
         mbarrier.wait(k_bar.index(slot), (j // STAGES) & 1)
+        if PINGPONG:  # turn j: both matmuls issued while the other consumer runs its softmax
+            mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
+            _turn(turn_me, j, LEAD)
         s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
+        if not PINGPONG:
+            mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(turn_other, count=1)
         s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
         if not JOINT_RELEASE:
             mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
@@ -199,7 +221,11 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
 
     last = (n_blocks - 1) % STAGES
     mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
+    if PINGPONG:
+        _turn(turn_me, n_blocks, LEAD)
     acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn_other, count=1)
     acc = warpgroup_mma_wait(0, deps=[acc])
     if SINKS:  # the sink's logit (unscaled, natural units) joins the denominator; a row that saw no key stays 0
         sink = gl.load(Sinks + h).to(gl.float32) * 1.4426950408889634
@@ -227,7 +253,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                  HEAD_DIM_VALID: gl.constexpr = 0, JOINT_RELEASE: gl.constexpr = False,
                                  SOFTCAP: gl.constexpr = False, WINDOW: gl.constexpr = False,
                                  SINKS: gl.constexpr = False, CAP_BOUND: gl.constexpr = False,
-                                 CAP_POLY: gl.constexpr = 0):
+                                 CAP_POLY: gl.constexpr = 0, PINGPONG: gl.constexpr = False):
     """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
     desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
 
@@ -300,15 +326,20 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
         CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
         q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty = _ws_buffers(
             desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, JOINT_RELEASE)
+        turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # `PINGPONG`: whose turn
+        if PINGPONG:
+            mbarrier.init(turns.index(0), count=1)
+            mbarrier.init(turns.index(1), count=1)
         gl.warp_specialize([
             (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left,
                                 win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE, SOFTCAP,
-                                WINDOW, SINKS, CAP_BOUND, CAP_POLY)),
+                                WINDOW, SINKS, CAP_BOUND, CAP_POLY, turns.index(0), turns.index(1), True, PINGPONG)),
             (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h, softcap_in,
                                 win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE,
-                                SOFTCAP, WINDOW, SINKS, CAP_BOUND, CAP_POLY)),
+                                SOFTCAP, WINDOW, SINKS, CAP_BOUND, CAP_POLY, turns.index(1), turns.index(0), False,
+                                PINGPONG)),
             (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                             q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])

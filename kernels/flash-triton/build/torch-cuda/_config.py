@@ -48,6 +48,7 @@ class Config:
     cap_bound: bool = True  # the varlen form soft-caps without a running max (`_features.CAP_BOUND_MAX`, step 19);
     # False: the online softmax as for plain calls, kept to measure against
     cap_poly: int = 0  # with cap_bound: one exponential in cap_poly (2, 4) as a polynomial on the FMA pipes (step 20)
+    pingpong: bool = False  # the varlen form's two consumers issue their matmuls in turn (FlashAttention-3, step 20)
 
     def __post_init__(self):
         if self.cap_poly not in (0, 2, 4):
@@ -55,6 +56,9 @@ class Config:
         if self.cap_poly and not (self.gluon and self.varlen and self.cap_bound):
             raise ValueError("cap_poly is an option of the varlen Gluon program's bounded softcap (gluon=True, "
                              "warp_specialize=True, varlen=True, cap_bound=True)")
+        if self.pingpong and not (self.gluon and self.varlen):
+            raise ValueError("pingpong is an option of the varlen Gluon program (gluon=True, warp_specialize=True, "
+                             "varlen=True)")
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
@@ -62,7 +66,7 @@ class Config:
                 + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else "")
                 + (" persistent" if self.persistent else "") + (" varlen" if self.varlen else "")
                 + (" joint" if self.joint_release else "") + ("" if self.cap_bound else " online-max")
-                + (f" poly/{self.cap_poly}" if self.cap_poly else ""))
+                + (f" poly/{self.cap_poly}" if self.cap_poly else "") + (" pingpong" if self.pingpong else ""))
 
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+. 80 and 96 run padded to
