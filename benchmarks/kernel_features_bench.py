@@ -5,10 +5,8 @@ program on sm_90; a call with a feature runs, by default, the varlen Gluon progr
 computes the features (`_features.py`), and with FLASH_TRITON_GLUON_FEATURES=0 the Triton prefill program; decode
 runs the split-KV program either way, with a switch on. This prints GPU time per call from CUDA-graph replays (`attnprof.bench.timing.time_call`) and the ratio to the
 plain default call of the same shape, for prefill at 2x4096 (head dim 128, 32/8 heads; and Gemma 2's 256, 16/8),
-each feature in several ways (default, `gluon varlen` named, that with `cap_bound=False`: softcap with a running max,
-with `cap_poly` 2 and 4: one exp2 in 2 or 4 of the bounded softcap on the FMA pipes, and with `pingpong`: the two
-consumers' matmuls issued in turn), and decode at B 1/16 over
-8k keys (32/8 heads, head dim 128), bf16. A sliding window does less work than the plain causal call: its ratio may pass 1.
+each feature three ways (default, `gluon varlen` named, and that with `cap_bound=False`: softcap with a running max), and decode at B 1/16 over 8k keys (32/8 heads, head
+dim 128), bf16. A sliding window does less work than the plain causal call: its ratio may pass 1.
 
     PYTHONPATH=src python3 benchmarks/kernel_features_bench.py [--softcap-only]
 `--softcap-only`: the plain and softcap cases of the prefill calls (a short run).
@@ -45,13 +43,13 @@ def main() -> int:
             return dict(softcap=30.0, window_size=(1023, 0), s_aux=sinks[hq])
         return case
 
-    print(f"{'call':<48} {'case':<12} {'gpu us':>9} {'x plain':>8}")
+    print(f"{'call':<40} {'case':<12} {'gpu us':>9} {'x plain':>8}")
     print(f"(the default of a prefill call with a feature: "
           f"{'the varlen Gluon program' if mod._features.GLUON_BY_DEFAULT else 'the Triton program'})")
 
-    def gluon_varlen(q, k, v, kw, d, **options):  # the varlen Gluon program named, as the CUDA tests call it
+    def gluon_varlen(q, k, v, kw, d, cap_bound=True):  # the varlen Gluon program named, as the CUDA tests call it
         cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
-                         gluon=True, warp_specialize=True, varlen=True, **options)
+                         gluon=True, warp_specialize=True, varlen=True, cap_bound=cap_bound)
         f = mod.parse_features("bench", q, kw.get("softcap", 0.0), kw.get("window_size", (-1, -1)), kw.get("s_aux"))
         return mod.attention(q, k, v, None, True, config=cfg, features=f, s_aux=kw.get("s_aux"))
 
@@ -63,11 +61,6 @@ def main() -> int:
         calls.append((name + " gluon varlen", lambda kw, q=q, k=k, v=v, d=d: gluon_varlen(q, k, v, kw, d)))
         calls.append((name + " gluon varlen online-max",  # softcap with the running max (TUNING.md step 19)
                       lambda kw, q=q, k=k, v=v, d=d: gluon_varlen(q, k, v, kw, d, cap_bound=False)))
-        for n in (2, 4):  # one exp2 in n on the FMA pipes (TUNING.md step 20)
-            calls.append((name + f" gluon varlen poly/{n}",
-                          lambda kw, q=q, k=k, v=v, d=d, n=n: gluon_varlen(q, k, v, kw, d, cap_poly=n)))
-        calls.append((name + " gluon varlen pingpong",  # the consumers' matmuls in turn (step 20)
-                      lambda kw, q=q, k=k, v=v, d=d: gluon_varlen(q, k, v, kw, d, pingpong=True)))
     cache = [torch.randn(16, 8192, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2)]  # [B, S, Hkv, D]
     qd = torch.randn(16, 1, 32, 128, device="cuda", dtype=torch.bfloat16)  # [B, 1, Hq, D]
     lens = torch.full((16,), 8192, dtype=torch.int32, device="cuda")
@@ -79,12 +72,12 @@ def main() -> int:
         calls = [(label, call) for label, call in calls if label.startswith("prefill")]
     plain = {}
     for label, call in calls:
-        base = label.split(" gluon varlen")[0]
+        base = label.removesuffix(" online-max").removesuffix(" gluon varlen")
         for case, spec in cases.items():
             kw = kwargs(spec, 32 if "32/" in label or "decode" in label else 16)
             us = time_call(lambda kw=kw, call=call: call(kw), "cuda", warmup=3, reps=20, cuda_graph=True).p50 * 1e3
             plain.setdefault(base, us)  # the default plain call of this shape (the first row of it)
-            print(f"{label:<48} {case:<12} {us:9.1f} {plain[base] / us:8.2f}", flush=True)
+            print(f"{label:<40} {case:<12} {us:9.1f} {plain[base] / us:8.2f}", flush=True)
     return 0
 
 

@@ -245,31 +245,6 @@ def test_an_explicit_gluon_config_takes_features_only_on_the_programs_that_compu
         assert "model feature" not in refused[name] and "CUDA GPU" in refused[name], refused[name]
 
 
-def test_polynomial_exponentials_are_an_option_of_the_bounded_softcap_only():
-    """`Config.cap_poly` (one exp2 in 2 or 4 on the FMA pipes) exists only where the varlen Gluon program soft-caps
-    without a running max: any other value or program is refused by name, and the launch switches it off for a cap
-    past `CAP_BOUND_MAX` or a call without softcap (the online softmax has no polynomial)."""
-    import importlib
-
-    import torch
-    from kernels import get_local_kernel
-
-    mod = get_local_kernel(REPO)
-    feat = importlib.import_module(mod.__name__ + "._features")
-    ws = dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
-    assert mod.Config(**ws, varlen=True, cap_poly=2).label().endswith("varlen poly/2")
-    for kw, words in ((dict(ws, varlen=True, cap_poly=3), "cap_poly is 0"), (dict(cap_poly=2), "bounded softcap"),
-                      (dict(ws, cap_poly=4), "bounded softcap"),
-                      (dict(ws, varlen=True, cap_bound=False, cap_poly=2), "bounded softcap")):
-        with pytest.raises(ValueError, match=words):
-            mod.Config(**kw)
-    q = torch.zeros(1, 1, 4, 64)
-    meta = lambda cap: feat.varlen_gluon_meta(feat.parse_features("t", q, cap, (-1, -1), None), True, 4)  # noqa: E731
-    assert (meta(50.0)["CAP_BOUND"], meta(50.0)["CAP_POLY"]) == (True, 4)
-    assert (meta(80.0)["CAP_BOUND"], meta(80.0)["CAP_POLY"]) == (False, 0)
-    assert (meta(0.0)["CAP_BOUND"], meta(0.0)["CAP_POLY"]) == (False, 0)
-
-
 if __name__ == "__main__":
     assert os.environ.get("TRITON_INTERPRET") == "1", "run the child with TRITON_INTERPRET=1"
     print(json.dumps(_child()))
@@ -316,17 +291,12 @@ def test_features_on_the_gpu_match_the_fp64_oracle(feature):
 GLUON_FEATURES = dict(FEATURES, **{"window-wide": (True, 0.0, (300, 0), False)})  # a window over several blocks
 
 
-GLUON_CASES = ([(f, 128, {}) for f in GLUON_FEATURES] + [("all", 64, {}), ("sinks", 64, {}), ("all", 256, {}),
-                                                            ("window-both-sides", 256, {})]
-               # Config.cap_poly: masked (-inf) scores through the polynomial; Config.pingpong: matmuls in turn
-               + [("all", 128, dict(cap_poly=2)), ("softcap", 128, dict(cap_poly=4)), ("all", 128, dict(pingpong=True)),
-                  ("window-wide", 128, dict(pingpong=True)), ("softcap", 256, dict(pingpong=True))])
+GLUON_CASES = [(f, 128) for f in GLUON_FEATURES] + [("all", 64), ("sinks", 64), ("all", 256), ("window-both-sides", 256)]
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("feature,d,options", GLUON_CASES,
-                         ids=[f"{f}-d{d}" + "".join(f"-{k}{v}" for k, v in o.items()) for f, d, o in GLUON_CASES])
-def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, options):
+@pytest.mark.parametrize("feature,d", GLUON_CASES, ids=[f"{f}-d{d}" for f, d in GLUON_CASES])
+def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d):
     """The varlen Gluon program (the only Gluon one that takes the features, and their default where the plain call
     takes a Gluon program) named explicitly: a dense call in both TMA layouts with ragged lengths (the shifted last key block), and
     packed sequences, bf16, at gpt-oss's, Mistral's and Gemma 2's head dims."""
@@ -339,7 +309,7 @@ def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, 
         pytest.skip("the Gluon programs are sm_90 only")
     causal, cap, window, with_sinks = GLUON_FEATURES[feature]
     cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
-                     gluon=True, warp_specialize=True, varlen=True, **options)
+                     gluon=True, warp_specialize=True, varlen=True)
     gen = torch.Generator().manual_seed(7)
 
     def rand(*shape, scale=1.0):
@@ -372,15 +342,13 @@ def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, 
     check(got.split(lq), qp.split(lq), kp.split(lk), vp.split(lk))
 
 
-CAP_CASES = [(50.0, True, 128, 0), (50.0, True, 256, 0), (80.0, True, 128, 0), (50.0, False, 128, 0),
-             (50.0, True, 128, 2), (30.0, True, 128, 4)]
+CAP_CASES = [(50.0, True, 128), (50.0, True, 256), (80.0, True, 128), (50.0, False, 128)]
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("cap,cap_bound,d,cap_poly", CAP_CASES,
-                         ids=[f"cap{c:g}-{'bound' if b else 'online'}-d{d}" + (f"-poly{n}" if n else "")
-                              for c, b, d, n in CAP_CASES])
-def test_softcap_at_saturating_logits_matches_the_fp64_oracle(cap, cap_bound, d, cap_poly):
+@pytest.mark.parametrize("cap,cap_bound,d", CAP_CASES,
+                         ids=[f"cap{c:g}-{'bound' if b else 'online'}-d{d}" for c, b, d in CAP_CASES])
+def test_softcap_at_saturating_logits_matches_the_fp64_oracle(cap, cap_bound, d):
     """Soft-capping on the varlen Gluon program without a running max (`CAP_BOUND`: a cap up to
     `_features.CAP_BOUND_MAX`, exp2 against a fixed reference) and with one (a cap of 80, or `cap_bound=False`), at
     logits of several hundred that saturate the tanh, including query rows whose every logit is near -cap: their
@@ -394,7 +362,7 @@ def test_softcap_at_saturating_logits_matches_the_fp64_oracle(cap, cap_bound, d,
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon programs are sm_90 only")
     cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
-                     gluon=True, warp_specialize=True, varlen=True, cap_bound=cap_bound, cap_poly=cap_poly)
+                     gluon=True, warp_specialize=True, varlen=True, cap_bound=cap_bound)
     gen = torch.Generator().manual_seed(11)
     hq, hkv, sq, sk = 4, 2, 256, 1000
     u = torch.randn(d, generator=gen)

@@ -146,10 +146,9 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma, features, window):
 
 
 def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, features: bool = False,
-                         cap_bound: bool = False, cap_poly: int = 0, pingpong: bool = False):
+                         cap_bound: bool = False):
     """The warp-specialized varlen Gluon program compiled for sm_90 as `_launch_gluon*` launches it; `features`:
-    softcap, window and sinks all on (`_features.py`), with `cap_bound` the softcap without a running max (and
-    `cap_poly`: one exponential in that many on the FMA pipes; `pingpong`: the consumers' matmuls in turn)."""
+    softcap, window and sinks all on (`_features.py`), with `cap_bound` the softcap without a running max."""
     import sys
     import types
 
@@ -173,8 +172,6 @@ def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, f
     const = dict(HEAD_DIM=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
                  HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid,  # valid 80/96: zero-padded 128-wide tiles
                  JOINT_RELEASE=False, SOFTCAP=features, WINDOW=features, SINKS=features, CAP_BOUND=cap_bound)
-    const["CAP_POLY"] = cap_poly
-    const["PINGPONG"] = pingpong
     if not features:
         const["Sinks"] = None
     if dense:
@@ -240,39 +237,3 @@ def test_softcap_without_a_running_max_drops_the_row_max(tmp_path, d):
     assert local == 0, f"register spills ({regs} registers, {local} bytes of local memory)"
     fmax = [sass.count("FMNMX") for sass in (online, bound)]
     assert fmax[0] >= 64 and fmax[1] * 4 <= fmax[0], f"float max instructions, online vs bound: {fmax}"
-
-
-@pytest.mark.parametrize("cap_poly", [2, 4])
-def test_softcap_polynomial_exponentials_leave_the_special_function_unit(tmp_path, cap_poly):
-    """`CAP_POLY` = N: one exp2 in N of the bounded softcap leaves MUFU.EX2 for the FMA pipes (Gemma 2's head dim
-    128, where tanh and exp2 queue on the special-function unit beside the matmuls); the schedule and the no-spill
-    budget stay, and the polynomial adds no conversion-unit instruction (F2I, FRND)."""
-    pytest.importorskip("triton.experimental.gluon")
-    bound = _sass(compile_gluon_varlen(True, True, 128, 0, features=True, cap_bound=True), tmp_path)
-    kernel = compile_gluon_varlen(True, True, 128, 0, features=True, cap_bound=True, cap_poly=cap_poly)
-    poly = _sass(kernel, tmp_path)
-    regs, local = _usage(kernel, tmp_path)
-    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in poly and "USETMAXREG" in poly
-    assert local == 0, f"register spills ({regs} registers, {local} bytes of local memory)"
-    ex2 = [sass.count("MUFU.EX2") for sass in (bound, poly)]
-    expected = ex2[0] * (cap_poly - 1) / cap_poly  # the sinks' and the final exponentials are outside the loop
-    assert abs(ex2[1] - expected) <= 8, f"MUFU.EX2 bound vs poly/{cap_poly}: {ex2}"
-    assert poly.count("MUFU.TANH") == bound.count("MUFU.TANH")
-    assert [poly.count(op) for op in ("F2I", "FRND")] == [bound.count(op) for op in ("F2I", "FRND")]
-
-
-@pytest.mark.parametrize("features", [False, True], ids=["plain", "features"])
-def test_pingpong_consumers_wait_for_their_turn_and_keep_the_schedule(tmp_path, features):
-    """`PINGPONG` (FlashAttention-3's ping-pong): each consumer waits on its turn barrier before issuing its matmuls
-    and arrives on the other's after (more mbarrier waits than the free-running program), and still overlaps its
-    softmax with its own P·V (one wgmma group outstanding), with no spills."""
-    pytest.importorskip("triton.experimental.gluon")
-    free = _sass(compile_gluon_varlen(True, True, 128, 0, features=features, cap_bound=features), tmp_path)
-    kernel = compile_gluon_varlen(True, True, 128, 0, features=features, cap_bound=features, pingpong=True)
-    sass = _sass(kernel, tmp_path)
-    regs, local = _usage(kernel, tmp_path)
-    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
-    assert local == 0, f"register spills ({regs} registers, {local} bytes of local memory)"
-    waits = [text.count("SYNCS.PHASECHK") for text in (free, sass)]
-    arrives = [text.count("SYNCS.ARRIVE") for text in (free, sass)]
-    assert waits[1] > waits[0] and arrives[1] > arrives[0], f"mbarrier waits {waits}, arrives {arrives}"

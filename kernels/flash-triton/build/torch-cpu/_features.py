@@ -129,11 +129,10 @@ def kernel_args(f: Features, scale: float) -> tuple[float, float, int, int]:
     return cap_in, cap_out, left, right
 
 
-def varlen_gluon_meta(f: Features, cap_bound: bool, cap_poly: int = 0) -> dict:
+def varlen_gluon_meta(f: Features, cap_bound: bool) -> dict:
     """The varlen Gluon program's constexpr switches: `meta` plus `CAP_BOUND`, soft-capping without a running max
-    (`Config.cap_bound` and a cap up to `CAP_BOUND_MAX`), and with it `CAP_POLY` (`Config.cap_poly`)."""
-    bound = cap_bound and 0 < f.softcap <= CAP_BOUND_MAX
-    return dict(f.meta(), CAP_BOUND=bound, CAP_POLY=cap_poly if bound else 0)
+    (`Config.cap_bound` and a cap up to `CAP_BOUND_MAX`)."""
+    return dict(f.meta(), CAP_BOUND=cap_bound and 0 < f.softcap <= CAP_BOUND_MAX)
 
 
 def sinks_only(f: Features) -> bool:

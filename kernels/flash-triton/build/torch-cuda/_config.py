@@ -47,26 +47,13 @@ class Config:
     # both its K and V were used (now K is released after QKᵀ, V after P·V); kept to measure against
     cap_bound: bool = True  # the varlen form soft-caps without a running max (`_features.CAP_BOUND_MAX`, step 19);
     # False: the online softmax as for plain calls, kept to measure against
-    cap_poly: int = 0  # with cap_bound: one exponential in cap_poly (2, 4) as a polynomial on the FMA pipes (step 20)
-    pingpong: bool = False  # the varlen form's two consumers issue their matmuls in turn (FlashAttention-3, step 20)
-
-    def __post_init__(self):
-        if self.cap_poly not in (0, 2, 4):
-            raise ValueError(f"cap_poly is 0 (every exponential on the special-function unit), 2 or 4, got {self.cap_poly}")
-        if self.cap_poly and not (self.gluon and self.varlen and self.cap_bound):
-            raise ValueError("cap_poly is an option of the varlen Gluon program's bounded softcap (gluon=True, "
-                             "warp_specialize=True, varlen=True, cap_bound=True)")
-        if self.pingpong and not (self.gluon and self.varlen):
-            raise ValueError("pingpong is an option of the varlen Gluon program (gluon=True, warp_specialize=True, "
-                             "varlen=True)")
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
                 + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else "") + (" px" if self.poly_exp else "")
                 + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else "")
                 + (" persistent" if self.persistent else "") + (" varlen" if self.varlen else "")
-                + (" joint" if self.joint_release else "") + ("" if self.cap_bound else " online-max")
-                + (f" poly/{self.cap_poly}" if self.cap_poly else "") + (" pingpong" if self.pingpong else ""))
+                + (" joint" if self.joint_release else "") + ("" if self.cap_bound else " online-max"))
 
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+. 80 and 96 run padded to

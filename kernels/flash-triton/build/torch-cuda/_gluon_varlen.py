@@ -93,55 +93,13 @@ def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.
     return gl.convert_layout(p.to(dtype), p_layout), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
 
 
-def _exp2_poly_asm(pack: int) -> str:
-    """PTX for `pack` exponentials 2^x: the first pack - 1 on the special-function unit (`ex2.approx`), the last on
-    the FMA/ALU pipes (FlashAttention-4's trick, 8 SASS instructions, no conversion unit): j = round(x) by the
-    1.5·2^23 shift, 2^(x - j) from a degree-3 minimax polynomial on [-1/2, 1/2] (relative error 1.0e-4, bf16's
-    rounding is 3.9e-3), then j added to the exponent bits. x is clamped at -127 (-inf, a masked score, gives
-    exactly 0; NaN stays NaN); from -126 up the result is a normal float, and `CAP_BOUND`'s exponents lie in
-    [-116, 44]."""
-    body = [f"ex2.approx.ftz.f32 ${i}, ${pack + i};" for i in range(pack - 1)]
-    body += [f"max.NaN.f32 px, ${2 * pack - 1}, 0fC2FE0000;",  # -127
-             "add.rn.f32 pr, px, 0f4B400000;", "sub.rn.f32 pj, pr, 0f4B400000;",  # pr's low bits: j = round(x)
-             "sub.rn.f32 pf, px, pj;",
-             "fma.rn.f32 pp, pf, 0f3D6150AE, 0f3E7805FF;", "fma.rn.f32 pp, pp, pf, 0f3F317AFD;",
-             "fma.rn.f32 pp, pp, pf, 0f3F800000;",
-             "mov.b32 pb, pr;", "mov.b32 pq, pp;", "shl.b32 pb, pb, 23;", "add.s32 pq, pq, pb;",
-             f"mov.b32 ${pack - 1}, pq;"]
-    return "\n".join(["{", ".reg .f32 px, pr, pj, pf, pp;", ".reg .b32 pb, pq;", *body, "}"])
-
-
-_EXP2_POLY_2 = gl.constexpr(_exp2_poly_asm(2))
-_EXP2_POLY_4 = gl.constexpr(_exp2_poly_asm(4))
-
-
 @gluon.jit
-def _capped_softmax(s, l_i, qk_scale, m_ref, dtype: gl.constexpr, p_layout: gl.constexpr, CAP_POLY: gl.constexpr):
+def _capped_softmax(s, l_i, qk_scale, m_ref, dtype: gl.constexpr, p_layout: gl.constexpr):
     """`CAP_BOUND`: soft-capped scores lie in [-qk_scale, qk_scale] (base 2), so exp2 needs no running max: p =
     exp2(s·qk_scale - m_ref) against a fixed reference, and the accumulator is never rescaled (no row max, no
-    alpha: fewer FMA-pipe instructions per score than the plain softmax, TUNING.md step 19). `CAP_POLY` = N (2, 4):
-    one exponential in N on the FMA pipes (`_exp2_poly_asm`), since tanh and exp2 both queue on the special-function
-    unit here (TUNING.md step 20)."""
-    x = s * qk_scale - m_ref
-    if CAP_POLY == 2:
-        p = gl.inline_asm_elementwise(_EXP2_POLY_2, "=f,=f,f,f", [x], dtype=gl.float32, is_pure=True, pack=2)
-    elif CAP_POLY == 4:
-        p = gl.inline_asm_elementwise(_EXP2_POLY_4, "=f,=f,=f,=f,f,f,f,f", [x], dtype=gl.float32, is_pure=True,
-                                      pack=4)
-    else:
-        p = gl.exp2(x)
+    alpha: fewer FMA-pipe instructions per score than the plain softmax, TUNING.md step 19)."""
+    p = gl.exp2(s * qk_scale - m_ref)
     return gl.convert_layout(p.to(dtype), p_layout), l_i + gl.sum(p, axis=1)
-
-
-@gluon.jit
-def _turn(turn_me, t, LEAD: gl.constexpr):
-    """`PINGPONG` (FlashAttention-3's ping-pong): wait for this consumer's turn t >= 1 to issue its matmuls. The turns
-    alternate, lead consumer first: each consumer arrives on the other's barrier once it has issued, so turn t of
-    the lead waits for phase t - 1 of its barrier, the other's for phase t. Turn 0 is waited for at the call."""
-    if LEAD:
-        mbarrier.wait(turn_me, (t - 1) & 1)
-    else:
-        mbarrier.wait(turn_me, t & 1)
 
 
 @gluon.jit
@@ -149,12 +107,10 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
                      o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left, win_right,
                      HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr, JOINT_RELEASE: gl.constexpr,
-                     SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr, CAP_BOUND: gl.constexpr,
-                     CAP_POLY: gl.constexpr, turn_me, turn_other, LEAD: gl.constexpr, PINGPONG: gl.constexpr):
+                     SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr, CAP_BOUND: gl.constexpr):
     """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores; only
     the first HEAD_DIM_VALID columns are stored (a head dim of 80 or 96 computed on zero-padded 128-wide tiles).
-    The walk's block i is key block `first` + i (stages and phases count i); the model features as the module says.
-    `PINGPONG`: the two consumers issue their matmuls in turn (`_turn`), the `LEAD` one first."""
+    The walk's block i is key block `first` + i (stages and phases count i); the model features as the module says."""
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -173,11 +129,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
 
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_bar.index(0), 0)
-    if PINGPONG and not LEAD:  # turn 0: the lead consumer issues first
-        mbarrier.wait(turn_me, 0)
     s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    if PINGPONG:
-        mbarrier.arrive(turn_other, count=1)
     s = warpgroup_mma_wait(0, deps=[s])
     if not JOINT_RELEASE:
         mbarrier.arrive(k_empty.index(0), count=1)  # this warpgroup is done with block 0's keys
@@ -187,7 +139,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         m_ref = gl.maximum(qk_scale - 43.28085122666891, 0.0)
         m_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout)) + m_ref
         p_op, l_i = _capped_softmax(s, gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout)), qk_scale, m_ref,
-                                    dtype, p_layout, CAP_POLY)
+                                    dtype, p_layout)
     else:
         p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
@@ -196,22 +148,16 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         slot = j % STAGES
         prev = (j - 1) % STAGES
         mbarrier.wait(k_bar.index(slot), (j // STAGES) & 1)
-        if PINGPONG:  # turn j: both matmuls issued while the other consumer runs its softmax
-            mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
-            _turn(turn_me, j, LEAD)
         s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        if not PINGPONG:
-            mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
+        mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-        if PINGPONG:
-            mbarrier.arrive(turn_other, count=1)
         s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
         if not JOINT_RELEASE:
             mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
         s = _feature_scores(s, first + j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right,
                             CAUSAL, BLOCK_N, HALF_M, SOFTCAP, WINDOW)
         if CAP_BOUND:
-            p_op, l_i = _capped_softmax(s, l_i, qk_scale, m_ref, dtype, p_layout, CAP_POLY)
+            p_op, l_i = _capped_softmax(s, l_i, qk_scale, m_ref, dtype, p_layout)
         else:
             p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
         acc = warpgroup_mma_wait(0, deps=[acc])
@@ -221,11 +167,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
 
     last = (n_blocks - 1) % STAGES
     mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
-    if PINGPONG:
-        _turn(turn_me, n_blocks, LEAD)
     acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-    if PINGPONG:
-        mbarrier.arrive(turn_other, count=1)
     acc = warpgroup_mma_wait(0, deps=[acc])
     if SINKS:  # the sink's logit (unscaled, natural units) joins the denominator; a row that saw no key stays 0
         sink = gl.load(Sinks + h).to(gl.float32) * 1.4426950408889634
@@ -252,8 +194,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                  DENSE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False,
                                  HEAD_DIM_VALID: gl.constexpr = 0, JOINT_RELEASE: gl.constexpr = False,
                                  SOFTCAP: gl.constexpr = False, WINDOW: gl.constexpr = False,
-                                 SINKS: gl.constexpr = False, CAP_BOUND: gl.constexpr = False,
-                                 CAP_POLY: gl.constexpr = 0, PINGPONG: gl.constexpr = False):
+                                 SINKS: gl.constexpr = False, CAP_BOUND: gl.constexpr = False):
     """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
     desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
 
@@ -326,20 +267,15 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
         CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
         q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty = _ws_buffers(
             desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, JOINT_RELEASE)
-        turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # `PINGPONG`: whose turn
-        if PINGPONG:
-            mbarrier.init(turns.index(0), count=1)
-            mbarrier.init(turns.index(1), count=1)
         gl.warp_specialize([
             (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left,
                                 win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE, SOFTCAP,
-                                WINDOW, SINKS, CAP_BOUND, CAP_POLY, turns.index(0), turns.index(1), True, PINGPONG)),
+                                WINDOW, SINKS, CAP_BOUND)),
             (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h, softcap_in,
                                 win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE,
-                                SOFTCAP, WINDOW, SINKS, CAP_BOUND, CAP_POLY, turns.index(1), turns.index(0), False,
-                                PINGPONG)),
+                                SOFTCAP, WINDOW, SINKS, CAP_BOUND)),
             (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                             q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])
