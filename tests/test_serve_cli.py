@@ -58,6 +58,24 @@ def test_decode_mode_counts_generated_tokens(capsys, tmp_path):
     assert "| ITL p50 / p99 ms, first pass | ITL p50 / p99 ms, repeat pass |" in (tmp_path / "serve.md").read_text()
 
 
+
+def test_decode_mode_takes_several_contexts_in_one_run(capsys, tmp_path):
+    """`--decode-context 8,12` with `--decode-batch 1,2`: every (batch, context) cell per implementation, each gain
+    against eager's row of the same cell, and the answer names the cell its sentences are about."""
+    code, last, data = _run(capsys, tmp_path, "--mode", "decode", "--decode-batch", "1,2", "--decode-context", "8,12",
+                            "--new-tokens", "3", "--impls", "eager,sdpa", "--no-share", "--loop", "as-shipped")
+    assert code == 0
+    rows = data["decode"]
+    assert [(r["impl"], r["batch"], r["context"]) for r in rows] == [
+        (i, b, c) for i in ("eager", "sdpa") for c in (8, 12) for b in (1, 2)]
+    eager = {(r["batch"], r["context"]): r["tokens_per_s"] for r in rows if r["impl"] == "eager"}
+    for r in rows[4:]:
+        assert r["gain_over_eager"] == pytest.approx(r["tokens_per_s"] / eager[(r["batch"], r["context"])])
+    assert "in decode at batch 2, context 12 " in data["answer"]  # the largest cell: one $ per implementation
+    assert data["answer"].count("(sdpa) per 1M output tokens") == 1
+    assert "decode batch 1 context 8: sdpa" in data["answer"] and "decode batch 2 context 12: sdpa" in data["answer"]
+
+
 def test_continuous_mode_from_a_request_file(capsys, tmp_path):
     f = tmp_path / "reqs.jsonl"
     f.write_text("\n".join(json.dumps({"prompt_tokens": p, "output_tokens": o}) for p, o in [(9, 3), (14, 2)]))

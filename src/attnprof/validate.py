@@ -266,5 +266,5 @@ def check_serve_fits(plan: dict, device: str) -> None:
                                "reduce --batch or --context")
     if plan.get("decode_batch"):
         check_model_batch_fits(config, dtype, device, f"{name} decode", max(plan["decode_batch"]),
-                               plan["decode_context"] + plan["new_tokens"], "reduce --decode-batch or --decode-context",
+                               max(plan["decode_context"]) + plan["new_tokens"], "reduce --decode-batch or --decode-context",
                                prefill=False)

@@ -34,7 +34,8 @@ def register(sub) -> None:
     g.add_argument("--batch", default=None, help="prefill batch sizes, comma-separated")
     g.add_argument("--context", default=None, help="prefill context lengths, comma-separated")
     g.add_argument("--decode-batch", default=None, help="decode batch sizes, comma-separated")
-    g.add_argument("--decode-context", type=int, default=None, help="prompt length before decoding")
+    g.add_argument("--decode-context", default=None,
+                   help="prompt lengths before decoding, comma-separated (each with every --decode-batch)")
     g.add_argument("--new-tokens", type=int, default=None, help="tokens generated per row in decode (>= 2)")
     g.add_argument("--reps", type=int, default=5, help="timed prefill calls per point (median; default 5)")
     g.add_argument("--no-share", action="store_true", help="skip the profiler pass (no attention share)")
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     check_model_fits(plan["config"], plan["dtype"], device, plan["model"])  # before any weight is allocated
     check_serve_fits(plan, device)  # the largest prefill and decode points, before the first is run
     impls = resolve_impls(args.impls, device, config=plan["config"], dtype=plan["dtype"],
-                          context=max(plan.get("context") or [plan.get("decode_context") or 1024]))
+                          context=max([*plan.get("context", []), *plan.get("decode_context", [])] or [1024]))
     folder = out_dir(args, "serve", keep_partial=True)  # an interrupted run keeps serve.partial.json
     partial = folder / f"{args.stem}.partial.json"  # the rows so far, named as partial; removed when complete
 

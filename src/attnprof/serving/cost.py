@@ -208,14 +208,15 @@ def _cost_sentence(prefill: list[dict], decode: list[dict], stream: list[dict], 
     if stream_ok:
         bits.append("under continuous batching " + ", ".join(
             f"${r['cost']['usd_per_m_output']:.3g} ({r['impl']})" for r in stream_ok) + " per 1M output tokens")
-    for mode, rows, key, tok, axis in (("decode", decode, "usd_per_m_output", "output", "batch"),
-                                       ("prefill", prefill, "usd_per_m_input", "input", "context")):
+    for mode, rows, key, tok, axes in (("decode", decode, "usd_per_m_output", "output", ("batch", "context")),
+                                       ("prefill", prefill, "usd_per_m_input", "input", ("context", "batch"))):
         ok = [r for r in rows if r.get("cost")]
         if not ok:
             continue
-        top = max(r[axis] for r in ok)
-        cell = [r for r in ok if r[axis] == top]
-        bits.append(f"in {mode} at {axis} {top} " + ", ".join(f"${r['cost'][key]:.3g} ({r['impl']})" for r in cell)
+        top = max((r[axes[0]], r[axes[1]]) for r in ok)  # the largest cell: one row per implementation
+        cell = [r for r in ok if (r[axes[0]], r[axes[1]]) == top]
+        where = f"{axes[0]} {top[0]}" + (f", {axes[1]} {top[1]}" if len({r[axes[1]] for r in ok}) > 1 else "")
+        bits.append(f"in {mode} at {where} " + ", ".join(f"${r['cost'][key]:.3g} ({r['impl']})" for r in cell)
                     + f" per 1M {tok} tokens")
     if not bits:
         return ""

@@ -160,8 +160,12 @@ def comparisons(loop: str, decode: list[dict], stream: list[dict]) -> str:
     """Per loop: each implementation's gain over eager and over sdpa, computed from the rows; a decode gain whose
     rep spread overlaps 1.0× is called inconclusive."""
     bits = []
-    for batch in sorted({r["batch"] for r in decode if r["status"] == "ok"}):
-        rows = {r["impl"]: r for r in decode if r["status"] == "ok" and r["batch"] == batch}
+    cells = sorted({(r.get("context") or 0, r["batch"]) for r in decode if r["status"] == "ok"})
+    named = len({context for context, _ in cells}) > 1  # several contexts: each cell says its own
+    for context, batch in cells:
+        rows = {r["impl"]: r for r in decode
+                if r["status"] == "ok" and (r.get("context") or 0, r["batch"]) == (context, batch)}
+        where = f"decode batch {batch}" + (f" context {context}" if named else "")
         for impl, r in rows.items():
             if impl == "eager":
                 continue
@@ -176,7 +180,7 @@ def comparisons(loop: str, decode: list[dict], stream: list[dict]) -> str:
                     else ""
                 said.append(f"{g:.2f}× {base}" + (f" [{span[0]:.2f}–{span[1]:.2f}]" if span else "") + verdict)
             if said:
-                bits.append(f"decode batch {batch}: {impl} {r['step_ms']:.3g} ms/token, " + ", ".join(said))
+                bits.append(f"{where}: {impl} {r['step_ms']:.3g} ms/token, " + ", ".join(said))
     ok = {r["impl"]: r for r in stream if r["status"] == "ok" and r.get("completed")}
     for impl, r in ok.items():
         said = [f"{r['output_tokens_per_s'] / ok[b]['output_tokens_per_s']:.2f}× {b}" for b in ("eager", "sdpa")

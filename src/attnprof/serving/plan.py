@@ -67,11 +67,11 @@ def make_plan(args, device: str) -> dict:
         _fits(max(plan["context"]), max_pos, model, "--context")
     if "decode" in modes:
         plan["decode_batch"] = _ints(pick("decode_batch"), "--decode-batch")
-        plan["decode_context"] = _ints(pick("decode_context"), "--decode-context")[0]
+        plan["decode_context"] = _ints(pick("decode_context"), "--decode-context")
         plan["new_tokens"] = _ints(pick("new_tokens"), "--new-tokens")[0]
         if plan["new_tokens"] < 2:
             raise UsageError("--new-tokens must be >= 2 (decode speed is timed between the first and last token)")
-        _fits(plan["decode_context"] + plan["new_tokens"], max_pos, model, "--decode-context + --new-tokens")
+        _fits(max(plan["decode_context"]) + plan["new_tokens"], max_pos, model, "--decode-context + --new-tokens")
     if getattr(args, "sweep_concurrency", None) and "continuous" not in modes:
         raise UsageError("--sweep-concurrency sweeps the request stream: add continuous to --mode")
     if "continuous" in modes:

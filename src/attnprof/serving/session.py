@@ -18,7 +18,7 @@ def steps(plan: dict, impls) -> int:
     modes = plan["modes"]
     points = len(plan.get("context", [])) * len(plan.get("batch", [])) if "prefill" in modes else 0
     loops = len(plan.get("loops", ["as-shipped"]))
-    points += loops * len(plan.get("decode_batch", [])) if "decode" in modes else 0
+    points += loops * len(plan.get("decode_batch", [])) * len(plan.get("decode_context", [])) if "decode" in modes else 0
     streams = loops * (1 + len(plan.get("sweep") or [])) if "continuous" in modes else 0
     return (points + streams) * len(impls)
 
@@ -33,7 +33,7 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
     progress = on_progress or (lambda description, advance: None)
     modes = plan["modes"]
     cells = {"prefill": [(b, c) for c in plan.get("context", []) for b in plan.get("batch", [])],
-             "decode": [(b, plan.get("decode_context")) for b in plan.get("decode_batch", [])]}
+             "decode": [(b, c) for c in plan.get("decode_context", []) for b in plan.get("decode_batch", [])]}
     if note is not None:
         note(f"{plan['model']} ({plan['dtype']}, random weights) on {device}; implementations: "
              f"{', '.join(i.name for i in impls)}")
