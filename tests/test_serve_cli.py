@@ -58,7 +58,6 @@ def test_decode_mode_counts_generated_tokens(capsys, tmp_path):
     assert "| ITL p50 / p99 ms, first pass | ITL p50 / p99 ms, repeat pass |" in (tmp_path / "serve.md").read_text()
 
 
-
 def test_decode_mode_takes_several_contexts_in_one_run(capsys, tmp_path):
     """`--decode-context 8,12` with `--decode-batch 1,2`: every (batch, context) cell per implementation, each gain
     against eager's row of the same cell, and the answer names the cell its sentences are about."""

@@ -116,7 +116,7 @@ def test_gains_over_eager_and_sdpa_and_inconclusive_when_the_spread_overlaps():
     from attnprof.serving.loops import comparisons
 
     def row(impl, ms, lo, hi):
-        return {"impl": impl, "status": "ok", "batch": 1, "tokens_per_s": 1e3 / ms, "step_ms": ms,
+        return {"impl": impl, "status": "ok", "batch": 1, "context": 64, "tokens_per_s": 1e3 / ms, "step_ms": ms,
                 "itl_ms": {"p50": ms, "min": lo, "max": hi}}
 
     decode = [row("eager", 4.0, 3.9, 4.1), row("sdpa", 3.9, 3.8, 4.2), row("kernel", 2.0, 1.9, 2.1)]

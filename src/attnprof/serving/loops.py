@@ -160,11 +160,12 @@ def comparisons(loop: str, decode: list[dict], stream: list[dict]) -> str:
     """Per loop: each implementation's gain over eager and over sdpa, computed from the rows; a decode gain whose
     rep spread overlaps 1.0× is called inconclusive."""
     bits = []
-    cells = sorted({(r.get("context") or 0, r["batch"]) for r in decode if r["status"] == "ok"})
+    cells: dict[tuple[int, int], dict[str, dict]] = {}  # (context, batch) -> impl -> row
+    for r in decode:
+        if r["status"] == "ok":
+            cells.setdefault((r["context"], r["batch"]), {})[r["impl"]] = r
     named = len({context for context, _ in cells}) > 1  # several contexts: each cell says its own
-    for context, batch in cells:
-        rows = {r["impl"]: r for r in decode
-                if r["status"] == "ok" and (r.get("context") or 0, r["batch"]) == (context, batch)}
+    for (context, batch), rows in sorted(cells.items()):
         where = f"decode batch {batch}" + (f" context {context}" if named else "")
         for impl, r in rows.items():
             if impl == "eager":
