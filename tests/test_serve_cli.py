@@ -75,6 +75,19 @@ def test_decode_mode_takes_several_contexts_in_one_run(capsys, tmp_path):
     assert "decode batch 1 context 8: sdpa" in data["answer"] and "decode batch 2 context 12: sdpa" in data["answer"]
 
 
+def test_a_grid_cell_past_the_memory_is_a_row_not_a_refusal(capsys, tmp_path):
+    """`--decode-batch 1,1000000000`: the cell that fits is measured; the one that cannot fit is an `oom` row that
+    says it was not run and what it needs (the run is refused only when even the smallest cell cannot fit)."""
+    code, last, data = _run(capsys, tmp_path, "--mode", "decode", "--decode-batch", "1,1000000000",
+                            "--decode-context", "8", "--new-tokens", "3", "--impls", "sdpa", "--no-share",
+                            "--loop", "as-shipped")
+    assert code == 0
+    small, huge = data["decode"]
+    assert small["status"] == "ok" and small["tokens_per_s"] > 0
+    assert huge["status"] == "oom" and huge["reason"].startswith("not run: decode on 1000000000x11 tokens")
+    assert "GiB, the device (cpu) has" in huge["reason"]
+
+
 def test_continuous_mode_from_a_request_file(capsys, tmp_path):
     f = tmp_path / "reqs.jsonl"
     f.write_text("\n".join(json.dumps({"prompt_tokens": p, "output_tokens": o}) for p, o in [(9, 3), (14, 2)]))

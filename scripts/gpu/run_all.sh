@@ -3,9 +3,11 @@
 # Usage on the device: bash scripts/gpu/run_all.sh stages audit verify ...   (names of scripts/gpu/<name>.sh)
 set -u
 export PYTHONUNBUFFERED=1
+# once per machine: a run left going by an earlier call (grid14.sh) may be importing from /tmp/site
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
+  [ -f /tmp/site/.carried ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && touch /tmp/site/.carried; }
+  [ -f /tmp/site/.carried ] && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 # .git does not travel to the device: the caller writes the commit here (scripts/gpu/.sha, git-ignored).

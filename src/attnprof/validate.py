@@ -258,13 +258,24 @@ def check_model_batch_fits(config: Any, dtype: str, device: str, name: str, batc
                f"{name} on {batch}x{seq} tokens (weights, KV cache and logits)", hint)
 
 
+def model_point_misfit(config: Any, dtype: str, device: str, batch: int, seq: int, *, prefill: bool = True) -> str | None:
+    """Why one serve point cannot fit on `device` ("needs N GiB, the device has M GiB of ..."), or None when it may."""
+    try:
+        check_model_batch_fits(config, dtype, device, "", batch, seq, "", prefill=prefill)
+    except UsageError as e:
+        return str(e)[str(e).index("needs"):]
+    return None
+
+
 def check_serve_fits(plan: dict, device: str) -> None:
-    """`serve`'s largest prefill and decode points, before the first is run."""
+    """`serve`'s smallest prefill and decode points, before the first is run: when even they cannot fit, nothing can
+    run (exit 2). A larger point of a grid that cannot fit is a row that says so (`oom`, not run), so one cell past
+    the device's memory does not cost the cells that fit (`serving.session`)."""
     config, dtype, name = plan["config"], plan["dtype"], plan["model"]
     if plan.get("batch") and plan.get("context"):
-        check_model_batch_fits(config, dtype, device, f"{name} prefill", max(plan["batch"]), max(plan["context"]),
+        check_model_batch_fits(config, dtype, device, f"{name} prefill", min(plan["batch"]), min(plan["context"]),
                                "reduce --batch or --context")
     if plan.get("decode_batch"):
-        check_model_batch_fits(config, dtype, device, f"{name} decode", max(plan["decode_batch"]),
-                               max(plan["decode_context"]) + plan["new_tokens"], "reduce --decode-batch or --decode-context",
+        check_model_batch_fits(config, dtype, device, f"{name} decode", min(plan["decode_batch"]),
+                               min(plan["decode_context"]) + plan["new_tokens"], "reduce --decode-batch or --decode-context",
                                prefill=False)

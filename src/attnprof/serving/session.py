@@ -182,6 +182,13 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
     if why:
         return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=why,
                      loop=loop)
+    from attnprof.validate import model_point_misfit
+
+    seq = context + (plan["new_tokens"] if mode == "decode" else 0)
+    misfit = model_point_misfit(model.config, plan["dtype"], device, batch, seq, prefill=mode == "prefill")
+    if misfit:  # a grid's cell past the device's memory: said, not attempted (the smallest cell fits: plan check)
+        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="oom", loop=loop,
+                     reason=f"not run: {mode} on {batch}x{seq} tokens (weights, KV cache and logits) {misfit}")
 
     def measure():
         refused = switch(model, impl.attn_implementation)  # the model class refusing it: transformers' words
