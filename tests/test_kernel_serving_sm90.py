@@ -56,6 +56,24 @@ def _usage(kernel, tmp: Path) -> tuple[int, int]:
     return int(re.search(r"REG:(\d+)", out).group(1)), int(re.search(r"LOCAL:(\d+)", out).group(1))
 
 
+def _key_loop(sass: str) -> list[str]:
+    """The instructions of the first consumer's key loop: the first loop (a backward conditional branch) whose body
+    holds the P·V wgmma (`tnspB`: V read untransposed), masked branches included."""
+    lines = sass.splitlines()
+    labels = {line.strip().rstrip(":"): i for i, line in enumerate(lines) if re.match(r"^\.L_x_\d+:", line)}
+    for i, line in enumerate(lines):
+        m = re.search(r"@!?P\d BRA `\((\.L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), i) < i and any("tnspB" in x for x in lines[labels[m.group(1)]:i]):
+            return [x for x in lines[labels[m.group(1)]:i + 1] if re.match(r"\s*/\*[0-9a-f]+\*/", x)]
+    raise AssertionError("no key loop with a P·V wgmma in the SASS")
+
+
+def _loop_spills(sass: str) -> int:
+    """Local-memory loads and stores inside the key loop: a register spill there costs every block. (cuobjdump's
+    LOCAL misses them: this program's spills are counted as STACK.)"""
+    return sum(bool(re.search(r"\b(STL|LDL)\b", x)) for x in _key_loop(sass))
+
+
 def compile_decode(page: int, append: bool, fused: bool, d: int = 128, softcap: bool = False, **config):
     """The decode program as the shipped default config (or `DecodeConfig(**config)`) launches it at head dim d
     (`DecodeConfig.for_head_dim`)."""
@@ -202,7 +220,7 @@ def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows,
     sass = _sass(kernel, tmp_path)
     regs, local = _usage(kernel, tmp_path)
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
-    assert local == 0 and kernel.metadata.shared <= SMEM_PER_SM
+    assert local == 0 and kernel.metadata.shared <= SMEM_PER_SM and _loop_spills(sass) == 0
     assert "MUFU.TANH" not in sass  # the plain program has no soft-capping
 
 
@@ -220,6 +238,7 @@ def test_varlen_gluon_program_with_model_features_keeps_the_schedule(tmp_path, d
     assert local == 0, f"register spills ({regs} registers, {local} bytes of local memory)"
     assert kernel.metadata.shared <= SMEM_PER_SM
     assert "MUFU.TANH" in sass
+    assert _loop_spills(sass) == 0, "register spills in the key loop"
 
 
 
@@ -235,5 +254,6 @@ def test_softcap_without_a_running_max_drops_the_row_max(tmp_path, d):
     regs, local = _usage(kernel, tmp_path)
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in bound and "USETMAXREG" in bound and "MUFU.TANH" in bound
     assert local == 0, f"register spills ({regs} registers, {local} bytes of local memory)"
+    assert _loop_spills(bound) == 0 and _loop_spills(online) == 0, "register spills in the key loop"
     fmax = [sass.count("FMNMX") for sass in (online, bound)]
     assert fmax[0] >= 64 and fmax[1] * 4 <= fmax[0], f"float max instructions, online vs bound: {fmax}"
