@@ -75,6 +75,26 @@ def test_decode_mode_takes_several_contexts_in_one_run(capsys, tmp_path):
     assert "decode batch 1 context 8: sdpa" in data["answer"] and "decode batch 2 context 12: sdpa" in data["answer"]
 
 
+def test_cells_run_one_at_a_time_for_every_implementation(capsys, tmp_path, monkeypatch):
+    """A grid is measured cell by cell, each cell for every implementation in turn, so a run stopped part-way leaves
+    whole comparisons in its partial file; the report still lists each implementation's rows together."""
+    from attnprof.serving import session
+
+    seen = []
+    real = session._static_point
+
+    def spy(model, impl, mode, batch, context, *rest, **kw):
+        seen.append((impl.name, batch))
+        return real(model, impl, mode, batch, context, *rest, **kw)
+
+    monkeypatch.setattr(session, "_static_point", spy)
+    code, _, data = _run(capsys, tmp_path, "--mode", "decode", "--decode-batch", "1,2", "--decode-context", "8",
+                         "--new-tokens", "3", "--impls", "eager,sdpa", "--no-share", "--loop", "as-shipped")
+    assert code == 0
+    assert seen == [("eager", 1), ("sdpa", 1), ("eager", 2), ("sdpa", 2)]
+    assert [(r["impl"], r["batch"]) for r in data["decode"]] == [("eager", 1), ("eager", 2), ("sdpa", 1), ("sdpa", 2)]
+
+
 def test_a_grid_cell_past_the_memory_is_a_row_not_a_refusal(capsys, tmp_path):
     """`--decode-batch 1,1000000000`: the cell that fits is measured; the one that cannot fit is an `oom` row that
     says it was not run and what it needs (the run is refused only when even the smallest cell cannot fit)."""

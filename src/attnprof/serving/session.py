@@ -58,14 +58,17 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
     if "production" in loops:
         data["production"] = {"decode": [], "continuous": {"stream": None, "results": []}}
     where = {"as-shipped": data, "production": data.get("production")}
-    for impl in impls:
-        for mode in ("prefill", "decode"):
-            if mode not in modes:
+    order = {impl.name: i for i, impl in enumerate(impls)}
+    for mode in ("prefill", "decode"):
+        if mode not in modes:
+            continue
+        for loop in (loops if mode == "decode" else ["as-shipped"]):
+            if where[loop] is None or (mode == "prefill" and "as-shipped" not in loops):
                 continue
-            for loop in (loops if mode == "decode" else ["as-shipped"]):
-                if where[loop] is None or (mode == "prefill" and "as-shipped" not in loops):
-                    continue
-                for batch, context in cells[mode]:
+            # cell by cell, every implementation in turn: a run stopped part-way (Ctrl-C, a time limit) leaves
+            # whole comparisons in its partial file, not one implementation's rows without the others'
+            for batch, context in cells[mode]:
+                for impl in impls:
                     label = f"{mode} {impl.name} ({loop}) batch {batch} context {context}"
                     progress(label, False)
                     point = _static_point(model, impl, mode, batch, context, plan, args, device, loop)
@@ -73,6 +76,7 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
                     if checkpoint is not None:
                         checkpoint(data)
                     progress(label, True)
+            where[loop][mode].sort(key=lambda r: order[r["impl"]])  # the tables list each implementation's rows
     if "continuous" in modes:
         reqs = plan["requests"]
         for loop in loops:
