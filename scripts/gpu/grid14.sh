@@ -10,7 +10,7 @@ dest="${OUT:-/tmp/out}/grid14"; mkdir -p "$dest"
 state=/tmp/grid14
 t0=$(date +%s)
 if [ ! -f "$state/pid" ]; then
-  mkdir -p "$state/out"
+  mkdir -p "$state"
   cp -r src kernels "$state/"  # what the run imports: attnprof and the kernel repo
   py=$state/src${PYTHONPATH:+:$PYTHONPATH}; py=${py//$PWD\/src:/}  # the private copy, not the call's tree
   (cd "$state" && PYTHONPATH="$py" PYTHONUNBUFFERED=1 setsid nohup bash -c \
@@ -24,7 +24,8 @@ else
   echo "attached to the grid run (pid $(cat "$state/pid")), started earlier on this machine"
 fi
 while [ ! -f "$state/rc" ] && [ $(( $(date +%s) - t0 )) -lt "${WAIT_S:-575}" ]; do sleep 5; done
-cp -r "$state/serve.log" "$state"/out/* "$dest/" 2>/dev/null
+cp -r "$state/serve.log" "$state"/out/. "$dest/" 2>/dev/null
+for part in "$state"/.out.*.part; do [ -d "$part" ] && cp -r "$part"/. "$dest/"; done  # a run not yet ended writes here
 if [ -f "$state/rc" ]; then
   echo "grid run done: exit $(cat "$state/rc") after this call's $(( $(date +%s) - t0 ))s"
   grep -E "^ (sdpa|kernel) " "$state/serve.log" | head -40; grep -iE "recompile|gains" "$state/serve.log" | head -5
