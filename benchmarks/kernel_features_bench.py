@@ -5,7 +5,8 @@ program on sm_90; a call with a feature runs, by default, the varlen Gluon progr
 computes the features (`_features.py`), and with FLASH_TRITON_GLUON_FEATURES=0 the Triton prefill program; decode
 runs the split-KV program either way, with a switch on. This prints GPU time per call from CUDA-graph replays (`attnprof.bench.timing.time_call`) and the ratio to the
 plain default call of the same shape, for prefill at 2x4096 (head dim 128, 32/8 heads; and Gemma 2's 256, 16/8),
-each feature three ways (default, `gluon varlen` named, and that with `cap_bound=False`: softcap with a running max), and decode at B 1/16 over 8k keys (32/8 heads, head
+each feature four ways (default, `gluon varlen` named, that with `cap_bound=False`: softcap with a running max, and
+with `p_pack_alu`: P rounded to bf16 on the integer pipe), and decode at B 1/16 over 8k keys (32/8 heads, head
 dim 128), bf16. A sliding window does less work than the plain causal call: its ratio may pass 1.
 
     PYTHONPATH=src python3 benchmarks/kernel_features_bench.py [--softcap-only]
@@ -47,9 +48,10 @@ def main() -> int:
     print(f"(the default of a prefill call with a feature: "
           f"{'the varlen Gluon program' if mod._features.GLUON_BY_DEFAULT else 'the Triton program'})")
 
-    def gluon_varlen(q, k, v, kw, d, cap_bound=True):  # the varlen Gluon program named, as the CUDA tests call it
+    def gluon_varlen(q, k, v, kw, d, cap_bound=True, p_pack_alu=False):  # the varlen Gluon program named, as the
+        # CUDA tests call it
         cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
-                         gluon=True, warp_specialize=True, varlen=True, cap_bound=cap_bound)
+                         gluon=True, warp_specialize=True, varlen=True, cap_bound=cap_bound, p_pack_alu=p_pack_alu)
         f = mod.parse_features("bench", q, kw.get("softcap", 0.0), kw.get("window_size", (-1, -1)), kw.get("s_aux"))
         return mod.attention(q, k, v, None, True, config=cfg, features=f, s_aux=kw.get("s_aux"))
 
@@ -61,6 +63,8 @@ def main() -> int:
         calls.append((name + " gluon varlen", lambda kw, q=q, k=k, v=v, d=d: gluon_varlen(q, k, v, kw, d)))
         calls.append((name + " gluon varlen online-max",  # softcap with the running max (TUNING.md step 19)
                       lambda kw, q=q, k=k, v=v, d=d: gluon_varlen(q, k, v, kw, d, cap_bound=False)))
+        calls.append((name + " gluon varlen alu-pack",  # P rounded to bf16 on the integer pipe (TUNING.md step 21)
+                      lambda kw, q=q, k=k, v=v, d=d: gluon_varlen(q, k, v, kw, d, p_pack_alu=True)))
     cache = [torch.randn(16, 8192, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2)]  # [B, S, Hkv, D]
     qd = torch.randn(16, 1, 32, 128, device="cuda", dtype=torch.bfloat16)  # [B, 1, Hq, D]
     lens = torch.full((16,), 8192, dtype=torch.int32, device="cuda")
@@ -72,7 +76,7 @@ def main() -> int:
         calls = [(label, call) for label, call in calls if label.startswith("prefill")]
     plain = {}
     for label, call in calls:
-        base = label.removesuffix(" online-max").removesuffix(" gluon varlen")
+        base = label.removesuffix(" online-max").removesuffix(" alu-pack").removesuffix(" gluon varlen")
         for case, spec in cases.items():
             kw = kwargs(spec, 32 if "32/" in label or "decode" in label else 16)
             us = time_call(lambda kw=kw, call=call: call(kw), "cuda", warmup=3, reps=20, cuda_graph=True).p50 * 1e3

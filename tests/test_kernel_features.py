@@ -202,6 +202,27 @@ def _child() -> dict:
         except ValueError as err:
             gluon[name] = str(err)
     out["gluon_refusals"] = gluon
+    # Config.p_pack_alu (P rounded to bf16 on the integer pipe): the varlen Gluon program's switch, bf16 only;
+    # anywhere else refused by name, never silently ignored
+    packs = {}
+    ws = dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True, p_pack_alu=True)
+    cu = torch.tensor([0, 64], dtype=torch.int32)
+    for name, cfg, dt, packed in (("triton", mod.Config(p_pack_alu=True), torch.bfloat16, False),
+                                  ("dense-ws", mod.Config(**ws), torch.bfloat16, False),
+                                  ("varlen-fp16", mod.Config(**ws, varlen=True), torch.float16, False),
+                                  ("varlen-bf16", mod.Config(**ws, varlen=True), torch.bfloat16, False),
+                                  ("packed-triton", mod.Config(p_pack_alu=True), torch.float16, True),
+                                  ("packed-bf16", mod.Config(**ws), torch.bfloat16, True)):
+        qd, kd, vd = (t.to(dt) for t in (q, k, v))
+        try:
+            if packed:
+                mod.varlen_attention(qd[0], kd[0], vd[0], cu, cu, 64, causal=True, config=cfg)
+            else:
+                mod.attention(qd, kd, vd, None, True, config=cfg)
+            packs[name] = None
+        except ValueError as err:
+            packs[name] = str(err)
+    out["p_pack_refusals"] = packs
     return out
 
 
@@ -243,6 +264,15 @@ def test_an_explicit_gluon_config_takes_features_only_on_the_programs_that_compu
     assert "softcap 5" in refused["one-warpgroup"] and "sinks" in refused["ws-sinks-window"]
     for name in ("varlen", "ws-sinks"):  # taken: refused only for the CPU
         assert "model feature" not in refused[name] and "CUDA GPU" in refused[name], refused[name]
+
+
+def test_p_pack_alu_is_refused_by_name_where_it_cannot_apply(interp):
+    refused = interp["p_pack_refusals"]
+    for name in ("triton", "dense-ws", "packed-triton"):
+        assert "p_pack_alu is a switch of the warp-specialized varlen Gluon program" in refused[name], refused[name]
+    assert "p_pack_alu rounds P to bf16 (got float16)" in refused["varlen-fp16"], refused["varlen-fp16"]
+    for name in ("varlen-bf16", "packed-bf16"):  # taken: refused only for the CPU (no Gluon; bf16 in the interpreter)
+        assert "p_pack_alu" not in refused[name] and ("CUDA GPU" in refused[name] or "interpreter" in refused[name])
 
 
 if __name__ == "__main__":
@@ -288,18 +318,22 @@ def test_features_on_the_gpu_match_the_fp64_oracle(feature):
     assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, r
 
 
-GLUON_FEATURES = dict(FEATURES, **{"window-wide": (True, 0.0, (300, 0), False)})  # a window over several blocks
+GLUON_FEATURES = dict(FEATURES, **{"window-wide": (True, 0.0, (300, 0), False),  # a window over several blocks
+                                    "plain": (True, 0.0, (-1, -1), False)})
 
 
-GLUON_CASES = [(f, 128) for f in GLUON_FEATURES] + [("all", 64), ("sinks", 64), ("all", 256), ("window-both-sides", 256)]
+GLUON_CASES = ([(f, 128, False) for f in GLUON_FEATURES if f != "plain"]
+               + [("all", 64, False), ("sinks", 64, False), ("all", 256, False), ("window-both-sides", 256, False)]
+               + [("plain", 128, True), ("softcap", 128, True), ("all", 256, True)])  # P packed on the integer pipe
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("feature,d", GLUON_CASES, ids=[f"{f}-d{d}" for f, d in GLUON_CASES])
-def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d):
+@pytest.mark.parametrize("feature,d,pack", GLUON_CASES,
+                         ids=[f"{f}-d{d}" + ("-alu-pack" if p else "") for f, d, p in GLUON_CASES])
+def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, pack):
     """The varlen Gluon program (the only Gluon one that takes the features, and their default where the plain call
     takes a Gluon program) named explicitly: a dense call in both TMA layouts with ragged lengths (the shifted last key block), and
-    packed sequences, bf16, at gpt-oss's, Mistral's and Gemma 2's head dims."""
+    packed sequences, bf16, at gpt-oss's, Mistral's and Gemma 2's head dims; `pack`: with `Config.p_pack_alu`."""
     import torch
 
     from attnprof.variants import kernel_hub
@@ -309,7 +343,7 @@ def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d):
         pytest.skip("the Gluon programs are sm_90 only")
     causal, cap, window, with_sinks = GLUON_FEATURES[feature]
     cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
-                     gluon=True, warp_specialize=True, varlen=True)
+                     gluon=True, warp_specialize=True, varlen=True, p_pack_alu=pack)
     gen = torch.Generator().manual_seed(7)
 
     def rand(*shape, scale=1.0):

@@ -164,9 +164,11 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma, features, window):
 
 
 def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, features: bool = False,
-                         cap_bound: bool = False):
+                         cap_bound: bool = False, p_pack_alu: bool = False, softcap_only: bool = False):
     """The warp-specialized varlen Gluon program compiled for sm_90 as `_launch_gluon*` launches it; `features`:
-    softcap, window and sinks all on (`_features.py`), with `cap_bound` the softcap without a running max."""
+    softcap, window and sinks all on (`_features.py`), with `cap_bound` the softcap without a running max
+    (`softcap_only`: softcap alone); `p_pack_alu`: P rounded to bf16 on the integer pipe. Every constexpr is passed:
+    one left at its default shares Triton's compile cache with a call that spells another value."""
     import sys
     import types
 
@@ -189,7 +191,8 @@ def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, f
     sig.update(softcap_in="fp32", Sinks="*fp32")
     const = dict(HEAD_DIM=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
                  HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid,  # valid 80/96: zero-padded 128-wide tiles
-                 JOINT_RELEASE=False, SOFTCAP=features, WINDOW=features, SINKS=features, CAP_BOUND=cap_bound)
+                 JOINT_RELEASE=False, SOFTCAP=features or softcap_only, WINDOW=features, SINKS=features,
+                 CAP_BOUND=cap_bound, P_PACK_ALU=p_pack_alu)
     if not features:
         const["Sinks"] = None
     if dense:
@@ -257,3 +260,21 @@ def test_softcap_without_a_running_max_drops_the_row_max(tmp_path, d):
     assert _loop_spills(bound) == 0 and _loop_spills(online) == 0, "register spills in the key loop"
     fmax = [sass.count("FMNMX") for sass in (online, bound)]
     assert fmax[0] >= 64 and fmax[1] * 4 <= fmax[0], f"float max instructions, online vs bound: {fmax}"
+
+
+@pytest.mark.parametrize("softcap", [False, True], ids=["plain", "softcap-bound"])
+def test_p_packed_on_the_integer_pipe_leaves_no_conversion_in_the_key_loop(tmp_path, softcap):
+    """`P_PACK_ALU` (`Config.p_pack_alu`, TUNING.md step 21): the key loop rounds P to bf16 with integer adds and one
+    PRMT per pair instead of F2FP (32 per iteration at head dim 128: a 64x128 score tile over 128 threads, two
+    scores per pack), and keeps the schedule, its special-function work and no spills in the loop."""
+    pytest.importorskip("triton.experimental.gluon")
+    kw = dict(softcap_only=softcap, cap_bound=softcap)
+    f2fp = _key_loop(_sass(compile_gluon_varlen(True, True, 128, 0, **kw), tmp_path))
+    kernel = compile_gluon_varlen(True, True, 128, 0, p_pack_alu=True, **kw)
+    sass = _sass(kernel, tmp_path)
+    loop = _key_loop(sass)
+    count = lambda lines, op: sum(f" {op}" in x for x in lines)  # noqa: E731
+    assert count(f2fp, "F2FP.BF16") >= 32 and count(loop, "F2FP") == 0, (count(f2fp, "F2FP.BF16"), count(loop, "F2FP"))
+    assert count(loop, "PRMT") >= 32
+    assert count(loop, "MUFU.EX2") == count(f2fp, "MUFU.EX2") and count(loop, "MUFU.TANH") == count(f2fp, "MUFU.TANH")
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass and _loop_spills(sass) == 0

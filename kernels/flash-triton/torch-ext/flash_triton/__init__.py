@@ -34,18 +34,6 @@ import torch
 import triton
 
 from ._checks import head_dim_problem, refuse_unsupported, tma_layout
-from ._features import (
-    GLUON_BY_DEFAULT,
-    PLAIN,
-    Features,
-    effective,
-    gluon_problem,
-    is_plain,
-    kernel_args,
-    parse_features,
-    sinks_only,
-    varlen_gluon_meta,
-)
 from ._config import (
     GLUON_WS_256_VARLEN,
     GLUON_WS_VARLEN,
@@ -57,6 +45,19 @@ from ._config import (
     default_config,
     gluon_preferred,
     gluon_shape_problem,
+    p_pack_problem,
+)
+from ._features import (
+    GLUON_BY_DEFAULT,
+    PLAIN,
+    Features,
+    effective,
+    gluon_problem,
+    is_plain,
+    kernel_args,
+    parse_features,
+    sinks_only,
+    varlen_gluon_meta,
 )
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
@@ -211,6 +212,8 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
     d, sk = q.shape[-1], k.shape[1]
     if q.numel() == 0 or sk == 0:
         return _Plan("empty")
+    if isinstance(config, Config) and (reason := p_pack_problem(config, q.dtype)):
+        raise ValueError(f"flash-triton: {config.label()}: {reason}")
     if config is not None and isinstance(config, Config) and config.gluon and (
             reason := gluon_problem(f, config.varlen, config.warp_specialize and not config.persistent)
             or gluon_unsupported(q, k, causal, config)):
@@ -388,7 +391,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
                  num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
-                 JOINT_RELEASE=cfg.joint_release, **varlen_gluon_meta(f, cfg.cap_bound)))
+                 JOINT_RELEASE=cfg.joint_release, **varlen_gluon_meta(f, cfg.cap_bound, cfg.p_pack_alu)))
         return
     if cfg.persistent:
         tiles = sq // cfg.block_m * b * hq

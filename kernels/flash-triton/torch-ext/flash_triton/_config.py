@@ -47,13 +47,29 @@ class Config:
     # both its K and V were used (now K is released after QKᵀ, V after P·V); kept to measure against
     cap_bound: bool = True  # the varlen form soft-caps without a running max (`_features.CAP_BOUND_MAX`, step 19);
     # False: the online softmax as for plain calls, kept to measure against
+    p_pack_alu: bool = False  # the varlen form rounds P to bf16 on the integer pipe instead of F2FP (bf16 only;
+    # TUNING.md step 21: to measure whether the conversion shares the special-function unit's rate)
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
                 + (" ws" if self.warp_specialize else "") + (" ov" if self.overlap else "") + (" px" if self.poly_exp else "")
                 + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else "")
                 + (" persistent" if self.persistent else "") + (" varlen" if self.varlen else "")
-                + (" joint" if self.joint_release else "") + ("" if self.cap_bound else " online-max"))
+                + (" joint" if self.joint_release else "") + ("" if self.cap_bound else " online-max")
+                + (" alu-pack" if self.p_pack_alu else ""))
+
+
+def p_pack_problem(cfg, dtype, packed: bool = False) -> str | None:
+    """Why `Config.p_pack_alu` cannot apply to this call (None when it is off or can): only the warp-specialized
+    varlen Gluon program has it (`packed`: a `flash_attn_varlen_func` call, where a Gluon config runs that program),
+    and only for bf16 (the high half of an fp32 is a bf16, not an fp16)."""
+    if not getattr(cfg, "p_pack_alu", False):
+        return None
+    if not (cfg.gluon and cfg.warp_specialize and (cfg.varlen or packed)):
+        return "p_pack_alu is a switch of the warp-specialized varlen Gluon program (gluon, warp_specialize, varlen)"
+    if str(dtype) != "torch.bfloat16":
+        return f"p_pack_alu rounds P to bf16 (got {str(dtype).replace('torch.', '')})"
+    return None
 
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+. 80 and 96 run padded to

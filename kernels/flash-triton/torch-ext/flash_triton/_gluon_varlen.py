@@ -26,6 +26,8 @@ warp-specialized one takes sinks alone), as constexpr switches (off: the plain p
     blocks its rows' windows reach (from block `first`); the window mask runs only on blocks that cross a window
     edge for some row of the half;
   - `SINKS`: exp(Sinks[h]) joins each row's softmax denominator (gpt-oss), after the last block.
+`P_PACK_ALU` (bf16, `Config.p_pack_alu`, not a feature: a way to compute P) rounds P to bf16 on the integer pipe
+(`_p_operand`), to measure against the F2FP conversion (TUNING.md step 21).
 """
 
 from __future__ import annotations
@@ -77,29 +79,43 @@ def _feature_scores(s, j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_le
 
 
 @gluon.jit
-def _safe_softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr):
-    m_i = gl.max(s, axis=1) * qk_scale
-    m_use = gl.where(m_i == float("-inf"), 0.0, m_i)  # a row that sees no key yet: p = 0, not NaN
-    p = gl.exp2(s * qk_scale - m_use[:, None])
-    return gl.convert_layout(p.to(dtype), p_layout), m_i, gl.sum(p, axis=1)
+def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr, ALU_PACK: gl.constexpr):
+    """P as the P·V wgmma's register operand. `ALU_PACK` (bf16 only, `Config.p_pack_alu`, TUNING.md step 21): each
+    pair of fp32 probabilities rounded to bf16 on the integer pipe (add 0x8000 to the bits, keep the high halves with
+    one PRMT: round half away from zero; p is never negative, inf and NaN stay inf and NaN) instead of one F2FP."""
+    if ALU_PACK:
+        q = gl.inline_asm_elementwise(
+            "{ .reg .b32 a, b; add.u32 a, $1, 32768; add.u32 b, $2, 32768; prmt.b32 $0, a, b, 0x7632; }",
+            "=r,r,r", [p.to(gl.int32, bitcast=True)], dtype=gl.bfloat16, is_pure=True, pack=2)
+    else:
+        q = p.to(dtype)
+    return gl.convert_layout(q, p_layout)
 
 
 @gluon.jit
-def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr):
+def _safe_softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, ALU_PACK: gl.constexpr):
+    m_i = gl.max(s, axis=1) * qk_scale
+    m_use = gl.where(m_i == float("-inf"), 0.0, m_i)  # a row that sees no key yet: p = 0, not NaN
+    p = gl.exp2(s * qk_scale - m_use[:, None])
+    return _p_operand(p, dtype, p_layout, ALU_PACK), m_i, gl.sum(p, axis=1)
+
+
+@gluon.jit
+def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, ALU_PACK: gl.constexpr):
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     p = gl.exp2(s * qk_scale - m_use[:, None])
     alpha = gl.exp2(m_i - m_use)
-    return gl.convert_layout(p.to(dtype), p_layout), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
+    return _p_operand(p, dtype, p_layout, ALU_PACK), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
 
 
 @gluon.jit
-def _capped_softmax(s, l_i, qk_scale, m_ref, dtype: gl.constexpr, p_layout: gl.constexpr):
+def _capped_softmax(s, l_i, qk_scale, m_ref, dtype: gl.constexpr, p_layout: gl.constexpr, ALU_PACK: gl.constexpr):
     """`CAP_BOUND`: soft-capped scores lie in [-qk_scale, qk_scale] (base 2), so exp2 needs no running max: p =
     exp2(s·qk_scale - m_ref) against a fixed reference, and the accumulator is never rescaled (no row max, no
     alpha: fewer FMA-pipe instructions per score than the plain softmax, TUNING.md step 19)."""
     p = gl.exp2(s * qk_scale - m_ref)
-    return gl.convert_layout(p.to(dtype), p_layout), l_i + gl.sum(p, axis=1)
+    return _p_operand(p, dtype, p_layout, ALU_PACK), l_i + gl.sum(p, axis=1)
 
 
 @gluon.jit
@@ -107,7 +123,8 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
                      o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left, win_right,
                      HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr, JOINT_RELEASE: gl.constexpr,
-                     SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr, CAP_BOUND: gl.constexpr):
+                     SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr, CAP_BOUND: gl.constexpr,
+                     P_PACK_ALU: gl.constexpr):
     """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores; only
     the first HEAD_DIM_VALID columns are stored (a head dim of 80 or 96 computed on zero-padded 128-wide tiles).
     The walk's block i is key block `first` + i (stages and phases count i); the model features as the module says."""
@@ -139,9 +156,9 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         m_ref = gl.maximum(qk_scale - 43.28085122666891, 0.0)
         m_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout)) + m_ref
         p_op, l_i = _capped_softmax(s, gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout)), qk_scale, m_ref,
-                                    dtype, p_layout)
+                                    dtype, p_layout, P_PACK_ALU)
     else:
-        p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout)
+        p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout, P_PACK_ALU)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -157,9 +174,9 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         s = _feature_scores(s, first + j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right,
                             CAUSAL, BLOCK_N, HALF_M, SOFTCAP, WINDOW)
         if CAP_BOUND:
-            p_op, l_i = _capped_softmax(s, l_i, qk_scale, m_ref, dtype, p_layout)
+            p_op, l_i = _capped_softmax(s, l_i, qk_scale, m_ref, dtype, p_layout, P_PACK_ALU)
         else:
-            p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
+            p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, P_PACK_ALU)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(prev), count=1)  # this warpgroup is done with block j-1's values
         if not CAP_BOUND:
@@ -194,7 +211,8 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                  DENSE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False,
                                  HEAD_DIM_VALID: gl.constexpr = 0, JOINT_RELEASE: gl.constexpr = False,
                                  SOFTCAP: gl.constexpr = False, WINDOW: gl.constexpr = False,
-                                 SINKS: gl.constexpr = False, CAP_BOUND: gl.constexpr = False):
+                                 SINKS: gl.constexpr = False, CAP_BOUND: gl.constexpr = False,
+                                 P_PACK_ALU: gl.constexpr = False):
     """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
     desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
 
@@ -271,11 +289,11 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
             (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left,
                                 win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE, SOFTCAP,
-                                WINDOW, SINKS, CAP_BOUND)),
+                                WINDOW, SINKS, CAP_BOUND, P_PACK_ALU)),
             (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h, softcap_in,
                                 win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE,
-                                SOFTCAP, WINDOW, SINKS, CAP_BOUND)),
+                                SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU)),
             (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                             q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])

@@ -26,7 +26,15 @@ import math
 import torch
 
 from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem, tma_layout
-from ._config import INTERPRETED, Config, block_d, default_config, gluon_preferred, gluon_shape_problem
+from ._config import (
+    INTERPRETED,
+    Config,
+    block_d,
+    default_config,
+    gluon_preferred,
+    gluon_shape_problem,
+    p_pack_problem,
+)
 from ._features import (
     GLUON_BY_DEFAULT,
     PLAIN,
@@ -70,6 +78,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         raise ValueError(f"flash-triton flash_attn_varlen_func: {problem}")
     # a window that keeps every key is no window (the packed totals bound every sequence's lengths)
     features = effective(features, q.shape[0], k.shape[0], bool(causal))
+    if config is not None and (why := p_pack_problem(config, q.dtype, packed=True)):
+        raise ValueError(f"flash-triton flash_attn_varlen_func: {config.label()}: {why}")
     if config is not None and config.gluon and (
             why := gluon_problem(features, True) or gluon_varlen_unsupported(q, k, v, config)):
         raise ValueError(f"flash-triton flash_attn_varlen_func: {config.label()}: {why}")
@@ -182,7 +192,7 @@ def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, c
         qk_scale, hq, hq // hkv, cu_q, cu_k, q.shape[0], k.shape[0], *features,
         HEAD_DIM=block_d(d), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
         num_warps=cfg.num_warps, HEADS_IN_ROWS=heads, HEAD_DIM_VALID=d, JOINT_RELEASE=cfg.joint_release,
-        **varlen_gluon_meta(f, cfg.cap_bound),
+        **varlen_gluon_meta(f, cfg.cap_bound, cfg.p_pack_alu),
     )
 
 
