@@ -110,13 +110,18 @@ def gib(n: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def check_fits(needed: int, device: str, what: str, hint: str = "") -> None:
-    """UsageError "… needs N GiB, the device has M GiB" when `needed` bytes exceed what `device` holds."""
+def misfit(needed: int, device: str) -> str | None:
+    """"needs N GiB, the device has M GiB of …" when `needed` bytes exceed what `device` holds, else None."""
     have = device_memory(device)
     if have is None or needed <= have[0]:
-        return
-    raise UsageError(f"{what} needs {gib(needed)} GiB, the device ({device}) has {gib(have[0])} GiB of {have[1]}"
-                     + (f"; {hint}" if hint else ""))
+        return None
+    return f"needs {gib(needed)} GiB, the device ({device}) has {gib(have[0])} GiB of {have[1]}"
+
+
+def check_fits(needed: int, device: str, what: str, hint: str = "") -> None:
+    """UsageError "… needs N GiB, the device has M GiB" when `needed` bytes exceed what `device` holds."""
+    if why := misfit(needed, device):
+        raise UsageError(f"{what} {why}" + (f"; {hint}" if hint else ""))
 
 
 # the variants that hold the whole [B, H, Sq, Sk] score matrix (and its softmax) in memory
@@ -260,11 +265,7 @@ def check_model_batch_fits(config: Any, dtype: str, device: str, name: str, batc
 
 def model_point_misfit(config: Any, dtype: str, device: str, batch: int, seq: int, *, prefill: bool = True) -> str | None:
     """Why one serve point cannot fit on `device` ("needs N GiB, the device has M GiB of ..."), or None when it may."""
-    try:
-        check_model_batch_fits(config, dtype, device, "", batch, seq, "", prefill=prefill)
-    except UsageError as e:
-        return str(e)[str(e).index("needs"):]
-    return None
+    return misfit(model_point_bytes(config, dtype, device, batch, seq, prefill=prefill), device)
 
 
 def check_serve_fits(plan: dict, device: str) -> None:

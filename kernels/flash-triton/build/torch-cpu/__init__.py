@@ -212,11 +212,9 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
     d, sk = q.shape[-1], k.shape[1]
     if q.numel() == 0 or sk == 0:
         return _Plan("empty")
-    if isinstance(config, Config) and (reason := p_pack_problem(config, q.dtype)):
-        raise ValueError(f"flash-triton: {config.label()}: {reason}")
-    if config is not None and isinstance(config, Config) and config.gluon and (
-            reason := gluon_problem(f, config.varlen, config.warp_specialize and not config.persistent)
-            or gluon_unsupported(q, k, causal, config)):
+    if isinstance(config, Config) and (reason := p_pack_problem(config, q.dtype) or config.gluon and (
+            gluon_problem(f, config.varlen, config.warp_specialize and not config.persistent)
+            or gluon_unsupported(q, k, causal, config))):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
     if config is None and isinstance(cfg, Config) and cfg.gluon and f.any:

@@ -59,16 +59,16 @@ class Config:
                 + (" alu-pack" if self.p_pack_alu else ""))
 
 
-def p_pack_problem(cfg, dtype, packed: bool = False) -> str | None:
+def p_pack_problem(cfg: Config, dtype: torch.dtype, packed: bool = False) -> str | None:
     """Why `Config.p_pack_alu` cannot apply to this call (None when it is off or can): only the warp-specialized
     varlen Gluon program has it (`packed`: a `flash_attn_varlen_func` call, where a Gluon config runs that program),
     and only for bf16 (the high half of an fp32 is a bf16, not an fp16)."""
-    if not getattr(cfg, "p_pack_alu", False):
+    if not cfg.p_pack_alu:
         return None
     if not (cfg.gluon and cfg.warp_specialize and (cfg.varlen or packed)):
         return "p_pack_alu is a switch of the warp-specialized varlen Gluon program (gluon, warp_specialize, varlen)"
-    if str(dtype) != "torch.bfloat16":
-        return f"p_pack_alu rounds P to bf16 (got {str(dtype).replace('torch.', '')})"
+    if dtype != torch.bfloat16:
+        return f"p_pack_alu rounds P to bf16 (got {str(dtype).removeprefix('torch.')})"
     return None
 
 

@@ -78,10 +78,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         raise ValueError(f"flash-triton flash_attn_varlen_func: {problem}")
     # a window that keeps every key is no window (the packed totals bound every sequence's lengths)
     features = effective(features, q.shape[0], k.shape[0], bool(causal))
-    if config is not None and (why := p_pack_problem(config, q.dtype, packed=True)):
-        raise ValueError(f"flash-triton flash_attn_varlen_func: {config.label()}: {why}")
-    if config is not None and config.gluon and (
-            why := gluon_problem(features, True) or gluon_varlen_unsupported(q, k, v, config)):
+    if config is not None and (why := p_pack_problem(config, q.dtype, packed=True) or config.gluon and (
+            gluon_problem(features, True) or gluon_varlen_unsupported(q, k, v, config))):
         raise ValueError(f"flash-triton flash_attn_varlen_func: {config.label()}: {why}")
     max_seqlen_q = int(max_seqlen_q)
     if max_seqlen_q < 0:
