@@ -6,8 +6,9 @@ computes the features (`_features.py`), and with FLASH_TRITON_GLUON_FEATURES=0 t
 runs the split-KV program either way, with a switch on. This prints GPU time per call from CUDA-graph replays (`attnprof.bench.timing.time_call`) and the ratio to the
 plain default call of the same shape, for prefill at 2x4096 (head dim 128, 32/8 heads; and Gemma 2's 256, 16/8),
 each feature four ways (default, `gluon varlen` named, that with `cap_bound=False`: softcap with a running max, and
-with `p_pack_alu`: P rounded to bf16 on the integer pipe), and decode at B 1/16 over 8k keys (32/8 heads, head
-dim 128), bf16. A sliding window does less work than the plain causal call: its ratio may pass 1.
+with `p_pack_alu`: P rounded to bf16 on the integer pipe), the softcap 30 case also with `cap_poly=4` (one exp2 in 4
+of the bounded softcap on the FMA pipes) alone and with `p_pack_alu`, and decode at B 1/16 over 8k keys (32/8 heads,
+head dim 128), bf16. A sliding window does less work than the plain causal call: its ratio may pass 1.
 
     PYTHONPATH=src python3 benchmarks/kernel_features_bench.py [--softcap-only]
 `--softcap-only`: the plain and softcap cases of the prefill calls (a short run).
@@ -44,18 +45,20 @@ def main() -> int:
             return dict(softcap=30.0, window_size=(1023, 0), s_aux=sinks[hq])
         return case
 
-    print(f"{'call':<40} {'case':<12} {'gpu us':>9} {'x plain':>8}")
+    print(f"{'call':<56} {'case':<12} {'gpu us':>9} {'x plain':>8}")
     print(f"(the default of a prefill call with a feature: "
           f"{'the varlen Gluon program' if mod._features.GLUON_BY_DEFAULT else 'the Triton program'})")
 
-    def gluon_varlen(q, k, v, kw, d, cap_bound=True, p_pack_alu=False):  # the varlen Gluon program named, as the
-        # CUDA tests call it
+    def gluon_varlen(q, k, v, kw, d, cap_bound=True, p_pack_alu=False, cap_poly=0):  # the varlen Gluon program
+        # named, as the CUDA tests call it
         cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
-                         gluon=True, warp_specialize=True, varlen=True, cap_bound=cap_bound, p_pack_alu=p_pack_alu)
+                         gluon=True, warp_specialize=True, varlen=True, cap_bound=cap_bound, p_pack_alu=p_pack_alu,
+                         cap_poly=cap_poly)
         f = mod.parse_features("bench", q, kw.get("softcap", 0.0), kw.get("window_size", (-1, -1)), kw.get("s_aux"))
         return mod.attention(q, k, v, None, True, config=cfg, features=f, s_aux=kw.get("s_aux"))
 
     calls = []
+    only = {}  # label -> the cases it runs (all where absent)
     for d, hq, hkv in ((128, 32, 8), (256, 16, 8)):
         q, k, v = (torch.randn(2, 4096, h, d, device="cuda", dtype=torch.bfloat16) for h in (hq, hkv, hkv))
         name = f"prefill 2x4096 d{d} {hq}/{hkv}"
@@ -65,6 +68,11 @@ def main() -> int:
                       lambda kw, q=q, k=k, v=v, d=d: gluon_varlen(q, k, v, kw, d, cap_bound=False)))
         calls.append((name + " gluon varlen alu-pack",  # P rounded to bf16 on the integer pipe (TUNING.md step 21)
                       lambda kw, q=q, k=k, v=v, d=d: gluon_varlen(q, k, v, kw, d, p_pack_alu=True)))
+        for suffix, pack in ((" poly/4", False), (" poly/4 + alu-pack", True)):  # one exp2 in 4 on the FMA pipes
+            # (TUNING.md step 20), alone and with P packed on the integer pipe: the bounded softcap's options only
+            calls.append((name + " gluon varlen" + suffix, lambda kw, q=q, k=k, v=v, d=d, pack=pack: gluon_varlen(
+                q, k, v, kw, d, p_pack_alu=pack, cap_poly=4)))
+            only[calls[-1][0]] = ("softcap 30",)
     cache = [torch.randn(16, 8192, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2)]  # [B, S, Hkv, D]
     qd = torch.randn(16, 1, 32, 128, device="cuda", dtype=torch.bfloat16)  # [B, 1, Hq, D]
     lens = torch.full((16,), 8192, dtype=torch.int32, device="cuda")
@@ -76,12 +84,14 @@ def main() -> int:
         calls = [(label, call) for label, call in calls if label.startswith("prefill")]
     plain = {}
     for label, call in calls:
-        base = label.removesuffix(" online-max").removesuffix(" alu-pack").removesuffix(" gluon varlen")
+        base = label.split(" gluon varlen")[0]
         for case, spec in cases.items():
+            if case not in only.get(label, cases):
+                continue
             kw = kwargs(spec, 32 if "32/" in label or "decode" in label else 16)
             us = time_call(lambda kw=kw, call=call: call(kw), "cuda", warmup=3, reps=20, cuda_graph=True).p50 * 1e3
             plain.setdefault(base, us)  # the default plain call of this shape (the first row of it)
-            print(f"{label:<40} {case:<12} {us:9.1f} {plain[base] / us:8.2f}", flush=True)
+            print(f"{label:<56} {case:<12} {us:9.1f} {plain[base] / us:8.2f}", flush=True)
     return 0
 
 

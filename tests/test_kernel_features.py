@@ -223,6 +223,26 @@ def _child() -> dict:
         except ValueError as err:
             packs[name] = str(err)
     out["p_pack_refusals"] = packs
+    # Config.cap_poly (one exp2 in 2 or 4 on the FMA pipes): an option of the varlen Gluon program's bounded softcap
+    # only, refused by name anywhere else (the config itself), combinable with p_pack_alu; the launch switches it off
+    # without the bound (a cap past CAP_BOUND_MAX, or no softcap)
+    polys = {}
+    ws = dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
+    qb, kb, vb = (t.to(torch.bfloat16) for t in (q, k, v))
+    for name, kw in (("triton", dict(cap_poly=4)), ("dense-ws", dict(ws, cap_poly=4)),
+                     ("online-max", dict(ws, varlen=True, cap_bound=False, cap_poly=4)),
+                     ("value-3", dict(ws, varlen=True, cap_poly=3)), ("varlen", dict(ws, varlen=True, cap_poly=4)),
+                     ("varlen-alu-pack", dict(ws, varlen=True, cap_poly=4, p_pack_alu=True))):
+        try:
+            mod.attention(qb, kb, vb, None, True, config=mod.Config(**kw),
+                          features=mod.parse_features("t", qb, 20.0, (-1, -1), None))
+            polys[name] = None
+        except ValueError as err:
+            polys[name] = str(err)
+    out["cap_poly_refusals"] = polys
+    meta = {cap: mod._features.varlen_gluon_meta(mod.parse_features("t", qb, cap, (-1, -1), None), True, False, 4)
+            for cap in (20.0, 80.0, 0.0)}
+    out["cap_poly_meta"] = {str(cap): [m["CAP_BOUND"], m["CAP_POLY"]] for cap, m in meta.items()}
     return out
 
 
@@ -275,6 +295,17 @@ def test_p_pack_alu_is_refused_by_name_where_it_cannot_apply(interp):
         assert "p_pack_alu" not in refused[name] and ("CUDA GPU" in refused[name] or "interpreter" in refused[name])
 
 
+def test_cap_poly_is_refused_by_name_where_it_cannot_apply(interp):
+    refused = interp["cap_poly_refusals"]
+    for name in ("triton", "dense-ws", "online-max"):
+        assert "cap_poly is an option of the varlen Gluon program's bounded softcap" in refused[name], refused[name]
+    assert "cap_poly is 0" in refused["value-3"] and "got 3" in refused["value-3"], refused["value-3"]
+    for name in ("varlen", "varlen-alu-pack"):  # taken: refused only for the CPU (no Gluon; bf16 in the interpreter)
+        assert "cap_poly" not in refused[name] and ("CUDA GPU" in refused[name] or "interpreter" in refused[name])
+    # the launch's switch: CAP_POLY only with the bound (a cap up to CAP_BOUND_MAX)
+    assert interp["cap_poly_meta"] == {"20.0": [True, 4], "80.0": [False, 0], "0.0": [False, 0]}, interp["cap_poly_meta"]
+
+
 if __name__ == "__main__":
     assert os.environ.get("TRITON_INTERPRET") == "1", "run the child with TRITON_INTERPRET=1"
     print(json.dumps(_child()))
@@ -322,18 +353,22 @@ GLUON_FEATURES = dict(FEATURES, **{"window-wide": (True, 0.0, (300, 0), False), 
                                     "plain": (True, 0.0, (-1, -1), False)})
 
 
-GLUON_CASES = ([(f, 128, False) for f in GLUON_FEATURES if f != "plain"]
-               + [("all", 64, False), ("sinks", 64, False), ("all", 256, False), ("window-both-sides", 256, False)]
-               + [("plain", 128, True), ("softcap", 128, True), ("all", 256, True)])  # P packed on the integer pipe
+GLUON_CASES = ([(f, 128, False, 0) for f in GLUON_FEATURES if f != "plain"]
+               + [("all", 64, False, 0), ("sinks", 64, False, 0), ("all", 256, False, 0),
+                  ("window-both-sides", 256, False, 0)]
+               + [("plain", 128, True, 0), ("softcap", 128, True, 0), ("all", 256, True, 0)]  # P packed on the ALU
+               + [("softcap", 128, False, 4), ("softcap", 128, True, 4)])  # Config.cap_poly, alone and with the pack
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("feature,d,pack", GLUON_CASES,
-                         ids=[f"{f}-d{d}" + ("-alu-pack" if p else "") for f, d, p in GLUON_CASES])
-def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, pack):
+@pytest.mark.parametrize("feature,d,pack,poly", GLUON_CASES,
+                         ids=[f"{f}-d{d}" + ("-alu-pack" if p else "") + (f"-poly{n}" if n else "")
+                              for f, d, p, n in GLUON_CASES])
+def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, pack, poly):
     """The varlen Gluon program (the only Gluon one that takes the features, and their default where the plain call
     takes a Gluon program) named explicitly: a dense call in both TMA layouts with ragged lengths (the shifted last key block), and
-    packed sequences, bf16, at gpt-oss's, Mistral's and Gemma 2's head dims; `pack`: with `Config.p_pack_alu`."""
+    packed sequences, bf16, at gpt-oss's, Mistral's and Gemma 2's head dims; `pack`: with `Config.p_pack_alu`;
+    `poly`: `Config.cap_poly` (masked, -inf, scores through the polynomial too)."""
     import torch
 
     from attnprof.variants import kernel_hub
@@ -343,7 +378,7 @@ def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, 
         pytest.skip("the Gluon programs are sm_90 only")
     causal, cap, window, with_sinks = GLUON_FEATURES[feature]
     cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
-                     gluon=True, warp_specialize=True, varlen=True, p_pack_alu=pack)
+                     gluon=True, warp_specialize=True, varlen=True, p_pack_alu=pack, cap_poly=poly)
     gen = torch.Generator().manual_seed(7)
 
     def rand(*shape, scale=1.0):

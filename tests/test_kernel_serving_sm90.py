@@ -164,11 +164,13 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma, features, window):
 
 
 def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, features: bool = False,
-                         cap_bound: bool = False, p_pack_alu: bool = False, softcap_only: bool = False):
+                         cap_bound: bool = False, p_pack_alu: bool = False, softcap_only: bool = False,
+                         cap_poly: int = 0):
     """The warp-specialized varlen Gluon program compiled for sm_90 as `_launch_gluon*` launches it; `features`:
     softcap, window and sinks all on (`_features.py`), with `cap_bound` the softcap without a running max
-    (`softcap_only`: softcap alone); `p_pack_alu`: P rounded to bf16 on the integer pipe. Every constexpr is passed:
-    one left at its default shares Triton's compile cache with a call that spells another value."""
+    (`softcap_only`: softcap alone; `cap_poly`: one exp2 in that many of it on the FMA pipes); `p_pack_alu`: P
+    rounded to bf16 on the integer pipe. Every constexpr is passed: one left at its default shares Triton's compile
+    cache with a call that spells another value."""
     import sys
     import types
 
@@ -192,7 +194,7 @@ def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, f
     const = dict(HEAD_DIM=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
                  HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid,  # valid 80/96: zero-padded 128-wide tiles
                  JOINT_RELEASE=False, SOFTCAP=features or softcap_only, WINDOW=features, SINKS=features,
-                 CAP_BOUND=cap_bound, P_PACK_ALU=p_pack_alu)
+                 CAP_BOUND=cap_bound, P_PACK_ALU=p_pack_alu, CAP_POLY=cap_poly)
     if not features:
         const["Sinks"] = None
     if dense:
@@ -278,3 +280,26 @@ def test_p_packed_on_the_integer_pipe_leaves_no_conversion_in_the_key_loop(tmp_p
     assert count(loop, "PRMT") >= 32
     assert count(loop, "MUFU.EX2") == count(f2fp, "MUFU.EX2") and count(loop, "MUFU.TANH") == count(f2fp, "MUFU.TANH")
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass and _loop_spills(sass) == 0
+
+
+def test_softcap_polynomial_exponentials_leave_the_special_function_unit_with_or_without_the_alu_pack(tmp_path):
+    """`CAP_POLY` = 4 (`Config.cap_poly`, TUNING.md step 20): one exp2 in 4 of the bounded softcap's key loop leaves
+    MUFU.EX2 for a polynomial on the FMA pipes (Gemma 2's head dim 128, where tanh and exp2 queue on the
+    special-function unit beside the matmuls: 64 of each per iteration, 48 exp2 left), with no conversion-unit
+    instruction (F2I, FRND); with `P_PACK_ALU` too, the loop also has no F2FP. Schedule and no spills kept. One
+    compile per configuration (the default's is the P_PACK_ALU test's, from Triton's cache)."""
+    pytest.importorskip("triton.experimental.gluon")
+    kw = dict(softcap_only=True, cap_bound=True)
+    count = lambda lines, op: sum(f" {op}" in x for x in lines)  # noqa: E731
+    bound = _key_loop(_sass(compile_gluon_varlen(True, True, 128, 0, **kw), tmp_path))
+    ex2, tanh = count(bound, "MUFU.EX2"), count(bound, "MUFU.TANH")
+    assert ex2 >= 64 and tanh >= 64 and count(bound, "F2FP.BF16") >= 32, (ex2, tanh, count(bound, "F2FP.BF16"))
+    for pack in (False, True):
+        sass = _sass(compile_gluon_varlen(True, True, 128, 0, cap_poly=4, p_pack_alu=pack, **kw), tmp_path)
+        loop = _key_loop(sass)
+        got = {op: count(loop, op) for op in ("MUFU.EX2", "MUFU.TANH", "F2FP", "FFMA", "F2I", "FRND")}
+        assert got["MUFU.EX2"] == ex2 * 3 // 4 and got["MUFU.TANH"] == tanh, (pack, ex2, tanh, got)
+        assert got["FFMA"] >= count(bound, "FFMA") + 3 * ex2 // 4, (pack, count(bound, "FFMA"), got)  # 3 per poly
+        assert (got["F2I"], got["FRND"]) == (count(bound, "F2I"), count(bound, "FRND")), (pack, got)
+        assert (got["F2FP"] == 0) if pack else (got["F2FP"] == count(bound, "F2FP")), (pack, got)
+        assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass and _loop_spills(sass) == 0

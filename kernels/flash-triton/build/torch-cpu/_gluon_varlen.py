@@ -28,6 +28,9 @@ warp-specialized one takes sinks alone), as constexpr switches (off: the plain p
   - `SINKS`: exp(Sinks[h]) joins each row's softmax denominator (gpt-oss), after the last block.
 `P_PACK_ALU` (bf16, `Config.p_pack_alu`, not a feature: a way to compute P) rounds P to bf16 on the integer pipe
 (`_p_operand`), to measure against the F2FP conversion (TUNING.md step 21).
+`CAP_POLY` (2, 4: `Config.cap_poly`, with `CAP_BOUND` only) computes one exp2 in that many as a polynomial on the
+FMA pipes (`_exp2_poly_asm`), to take work off the special-function unit (TUNING.md step 20); it combines with
+`P_PACK_ALU`.
 """
 
 from __future__ import annotations
@@ -109,12 +112,44 @@ def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.
     return _p_operand(p, dtype, p_layout, ALU_PACK), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
 
 
+def _exp2_poly_asm(pack: int) -> str:
+    """PTX for `pack` exponentials 2^x: the first pack - 1 on the special-function unit (`ex2.approx`), the last on
+    the FMA/ALU pipes (FlashAttention-4's trick, 8 SASS instructions, no conversion unit): j = round(x) by the
+    1.5·2^23 shift, 2^(x - j) from a degree-3 minimax polynomial on [-1/2, 1/2] (relative error 1.0e-4, bf16's
+    rounding is 3.9e-3), then j added to the exponent bits. x is clamped at -127 (-inf, a masked score, gives
+    exactly 0; NaN stays NaN); from -126 up the result is a normal float, and `CAP_BOUND`'s exponents lie in
+    [-116, 44]."""
+    body = [f"ex2.approx.ftz.f32 ${i}, ${pack + i};" for i in range(pack - 1)]
+    body += [f"max.NaN.f32 px, ${2 * pack - 1}, 0fC2FE0000;",  # -127
+             "add.rn.f32 pr, px, 0f4B400000;", "sub.rn.f32 pj, pr, 0f4B400000;",  # pr's low bits: j = round(x)
+             "sub.rn.f32 pf, px, pj;",
+             "fma.rn.f32 pp, pf, 0f3D6150AE, 0f3E7805FF;", "fma.rn.f32 pp, pp, pf, 0f3F317AFD;",
+             "fma.rn.f32 pp, pp, pf, 0f3F800000;",
+             "mov.b32 pb, pr;", "mov.b32 pq, pp;", "shl.b32 pb, pb, 23;", "add.s32 pq, pq, pb;",
+             f"mov.b32 ${pack - 1}, pq;"]
+    return "\n".join(["{", ".reg .f32 px, pr, pj, pf, pp;", ".reg .b32 pb, pq;", *body, "}"])
+
+
+_EXP2_POLY_2 = gl.constexpr(_exp2_poly_asm(2))
+_EXP2_POLY_4 = gl.constexpr(_exp2_poly_asm(4))
+
+
 @gluon.jit
-def _capped_softmax(s, l_i, qk_scale, m_ref, dtype: gl.constexpr, p_layout: gl.constexpr, ALU_PACK: gl.constexpr):
+def _capped_softmax(s, l_i, qk_scale, m_ref, dtype: gl.constexpr, p_layout: gl.constexpr, ALU_PACK: gl.constexpr,
+                    CAP_POLY: gl.constexpr):
     """`CAP_BOUND`: soft-capped scores lie in [-qk_scale, qk_scale] (base 2), so exp2 needs no running max: p =
     exp2(s·qk_scale - m_ref) against a fixed reference, and the accumulator is never rescaled (no row max, no
-    alpha: fewer FMA-pipe instructions per score than the plain softmax, TUNING.md step 19)."""
-    p = gl.exp2(s * qk_scale - m_ref)
+    alpha: fewer FMA-pipe instructions per score than the plain softmax, TUNING.md step 19). `CAP_POLY` = N (2, 4):
+    one exponential in N on the FMA pipes (`_exp2_poly_asm`), since tanh and exp2 both queue on the special-function
+    unit here (TUNING.md step 20); `ALU_PACK` as `_p_operand`."""
+    x = s * qk_scale - m_ref
+    if CAP_POLY == 2:
+        p = gl.inline_asm_elementwise(_EXP2_POLY_2, "=f,=f,f,f", [x], dtype=gl.float32, is_pure=True, pack=2)
+    elif CAP_POLY == 4:
+        p = gl.inline_asm_elementwise(_EXP2_POLY_4, "=f,=f,=f,=f,f,f,f,f", [x], dtype=gl.float32, is_pure=True,
+                                      pack=4)
+    else:
+        p = gl.exp2(x)
     return _p_operand(p, dtype, p_layout, ALU_PACK), l_i + gl.sum(p, axis=1)
 
 
@@ -124,7 +159,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
                      HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr, JOINT_RELEASE: gl.constexpr,
                      SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr, CAP_BOUND: gl.constexpr,
-                     P_PACK_ALU: gl.constexpr):
+                     P_PACK_ALU: gl.constexpr, CAP_POLY: gl.constexpr):
     """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores; only
     the first HEAD_DIM_VALID columns are stored (a head dim of 80 or 96 computed on zero-padded 128-wide tiles).
     The walk's block i is key block `first` + i (stages and phases count i); the model features as the module says."""
@@ -156,7 +191,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         m_ref = gl.maximum(qk_scale - 43.28085122666891, 0.0)
         m_i = gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout)) + m_ref
         p_op, l_i = _capped_softmax(s, gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout)), qk_scale, m_ref,
-                                    dtype, p_layout, P_PACK_ALU)
+                                    dtype, p_layout, P_PACK_ALU, CAP_POLY)
     else:
         p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout, P_PACK_ALU)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
@@ -174,7 +209,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         s = _feature_scores(s, first + j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right,
                             CAUSAL, BLOCK_N, HALF_M, SOFTCAP, WINDOW)
         if CAP_BOUND:
-            p_op, l_i = _capped_softmax(s, l_i, qk_scale, m_ref, dtype, p_layout, P_PACK_ALU)
+            p_op, l_i = _capped_softmax(s, l_i, qk_scale, m_ref, dtype, p_layout, P_PACK_ALU, CAP_POLY)
         else:
             p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, P_PACK_ALU)
         acc = warpgroup_mma_wait(0, deps=[acc])
@@ -212,7 +247,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                  HEAD_DIM_VALID: gl.constexpr = 0, JOINT_RELEASE: gl.constexpr = False,
                                  SOFTCAP: gl.constexpr = False, WINDOW: gl.constexpr = False,
                                  SINKS: gl.constexpr = False, CAP_BOUND: gl.constexpr = False,
-                                 P_PACK_ALU: gl.constexpr = False):
+                                 P_PACK_ALU: gl.constexpr = False, CAP_POLY: gl.constexpr = 0):
     """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
     desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
 
@@ -289,11 +324,11 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
             (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left,
                                 win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE, SOFTCAP,
-                                WINDOW, SINKS, CAP_BOUND, P_PACK_ALU)),
+                                WINDOW, SINKS, CAP_BOUND, P_PACK_ALU, CAP_POLY)),
             (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h, softcap_in,
                                 win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE,
-                                SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU)),
+                                SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU, CAP_POLY)),
             (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                             q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES)),
         ], [4, 1], [CONSUMER_REGS, 24])

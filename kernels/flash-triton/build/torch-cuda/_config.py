@@ -49,6 +49,15 @@ class Config:
     # False: the online softmax as for plain calls, kept to measure against
     p_pack_alu: bool = False  # the varlen form rounds P to bf16 on the integer pipe instead of F2FP (bf16 only;
     # TUNING.md step 21: to measure whether the conversion shares the special-function unit's rate)
+    cap_poly: int = 0  # with cap_bound: one exponential in cap_poly (2, 4) as a polynomial on the FMA pipes (step 20;
+    # combinable with p_pack_alu)
+
+    def __post_init__(self):
+        if self.cap_poly not in (0, 2, 4):
+            raise ValueError(f"cap_poly is 0 (every exponential on the special-function unit), 2 or 4, got {self.cap_poly}")
+        if self.cap_poly and not (self.gluon and self.varlen and self.cap_bound):
+            raise ValueError("cap_poly is an option of the varlen Gluon program's bounded softcap (gluon=True, "
+                             "warp_specialize=True, varlen=True, cap_bound=True)")
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"
@@ -56,7 +65,7 @@ class Config:
                 + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else "")
                 + (" persistent" if self.persistent else "") + (" varlen" if self.varlen else "")
                 + (" joint" if self.joint_release else "") + ("" if self.cap_bound else " online-max")
-                + (" alu-pack" if self.p_pack_alu else ""))
+                + (f" poly/{self.cap_poly}" if self.cap_poly else "") + (" alu-pack" if self.p_pack_alu else ""))
 
 
 def p_pack_problem(cfg: Config, dtype: torch.dtype, packed: bool = False) -> str | None:
