@@ -411,13 +411,15 @@ def test_features_on_the_gluon_varlen_program_match_the_fp64_oracle(feature, d, 
     check(got.split(lq), qp.split(lq), kp.split(lk), vp.split(lk))
 
 
-CAP_CASES = [(50.0, True, 128), (50.0, True, 256), (80.0, True, 128), (50.0, False, 128)]
+CAP_CASES = [(50.0, True, 128, 0), (50.0, True, 256, 0), (80.0, True, 128, 0), (50.0, False, 128, 0),
+             (30.0, True, 128, 4)]
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("cap,cap_bound,d", CAP_CASES,
-                         ids=[f"cap{c:g}-{'bound' if b else 'online'}-d{d}" for c, b, d in CAP_CASES])
-def test_softcap_at_saturating_logits_matches_the_fp64_oracle(cap, cap_bound, d):
+@pytest.mark.parametrize("cap,cap_bound,d,cap_poly", CAP_CASES,
+                         ids=[f"cap{c:g}-{'bound' if b else 'online'}-d{d}" + (f"-poly{n}" if n else "")
+                              for c, b, d, n in CAP_CASES])
+def test_softcap_at_saturating_logits_matches_the_fp64_oracle(cap, cap_bound, d, cap_poly):
     """Soft-capping on the varlen Gluon program without a running max (`CAP_BOUND`: a cap up to
     `_features.CAP_BOUND_MAX`, exp2 against a fixed reference) and with one (a cap of 80, or `cap_bound=False`), at
     logits of several hundred that saturate the tanh, including query rows whose every logit is near -cap: their
@@ -431,7 +433,7 @@ def test_softcap_at_saturating_logits_matches_the_fp64_oracle(cap, cap_bound, d)
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon programs are sm_90 only")
     cfg = mod.Config(block_m=128, block_n=64 if d == 256 else 128, num_warps=4, num_stages=2 if d == 256 else 3,
-                     gluon=True, warp_specialize=True, varlen=True, cap_bound=cap_bound)
+                     gluon=True, warp_specialize=True, varlen=True, cap_bound=cap_bound, cap_poly=cap_poly)
     gen = torch.Generator().manual_seed(11)
     hq, hkv, sq, sk = 4, 2, 256, 1000
     u = torch.randn(d, generator=gen)
