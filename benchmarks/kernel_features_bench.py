@@ -8,7 +8,8 @@ plain default call of the same shape, for prefill at 2x4096 (head dim 128, 32/8 
 each feature four ways (default, `gluon varlen` named, that with `cap_bound=False`: softcap with a running max, and
 with `p_pack_alu`: P rounded to bf16 on the integer pipe), the softcap 30 case also with `cap_poly=4` (one exp2 in 4
 of the bounded softcap on the FMA pipes) alone and with `p_pack_alu`, and decode at B 1/16 over 8k keys (32/8 heads,
-head dim 128), bf16. A sliding window does less work than the plain causal call: its ratio may pass 1.
+head dim 128), bf16. The default softcap call at head dim 128 takes `cap_poly=4` and `p_pack_alu` (session 15,
+`_features.softcap_switches`); its `gluon varlen` row names the program without them. A sliding window does less work than the plain causal call: its ratio may pass 1.
 
     PYTHONPATH=src python3 benchmarks/kernel_features_bench.py [--softcap-only]
 `--softcap-only`: the plain and softcap cases of the prefill calls (a short run).

@@ -525,3 +525,28 @@ def test_default_arguments_take_the_one_plain_features_object():
     assert feat.effective(w(99, 9), 10, 100, False) is feat.PLAIN  # right >= sq - 1
     assert feat.effective(w(99, 8), 10, 100, False).window == (-1, 8)  # the first query would lose key 99
     assert feat.effective(w(500, 0, 30.0), 10, 100, True) == feat.Features(30.0, (-1, -1), False)
+
+
+def test_a_default_softcap_call_at_head_dims_80_to_128_takes_the_polynomial_and_the_integer_pack():
+    """`_features.softcap_switches`: the default varlen Gluon config of a bounded softcap at head dims 80-128 gets
+    `cap_poly=4` and, in bf16 only, `p_pack_alu` (measured faster there, TUNING.md step 22); head dim 64 (not
+    measured), 256 (slower there), a cap past the bound, no softcap, the online form and other programs keep theirs."""
+    import torch
+
+    from attnprof.variants import kernel_hub
+
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
+    cfgs, feats = mod._config, mod._features
+    cap30, cap80 = feats.Features(softcap=30.0), feats.Features(softcap=80.0)
+    pick = feats.softcap_switches
+    ws = cfgs.GLUON_WS_VARLEN
+    assert pick(ws, cap30, 128, torch.bfloat16).label() == ws.label() + " poly/4 alu-pack"
+    assert pick(ws, cap30, 96, torch.bfloat16).label() == ws.label() + " poly/4 alu-pack"
+    assert pick(ws, cap30, 128, torch.float16).label() == ws.label() + " poly/4"
+    all_three = feats.Features(softcap=30.0, window=(1023, 0), sinks=True)
+    assert pick(ws, all_three, 80, torch.bfloat16).cap_poly == 4
+    online = cfgs.Config(**{**ws.__dict__, "cap_bound": False})
+    for cfg, f, d in ((ws, cap30, 64), (cfgs.GLUON_WS_256_VARLEN, cap30, 256), (ws, cap80, 128),
+                      (ws, feats.Features(window=(7, 0)), 128), (online, cap30, 128), (cfgs.GLUON_WS, cap30, 128),
+                      (cfgs.Config(), cap30, 128)):
+        assert pick(cfg, f, d, torch.bfloat16) is cfg, (cfg.label(), f, d)

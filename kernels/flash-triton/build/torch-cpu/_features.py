@@ -138,6 +138,18 @@ def varlen_gluon_meta(f: Features, cap_bound: bool, p_pack_alu: bool = False, ca
     return dict(f.meta(), CAP_BOUND=bound, CAP_POLY=cap_poly if bound else 0, P_PACK_ALU=p_pack_alu)
 
 
+def softcap_switches(cfg, f: Features, head_dim: int, dtype: torch.dtype):
+    """The default varlen Gluon config `cfg` for a call with `f`, with the bounded softcap's switches where they
+    were measured faster: at head dims 80-128 (128-wide tiles) one exp2 in four as a polynomial on the FMA pipes
+    (`Config.cap_poly`) and, in bf16, P rounded on the integer pipe (`Config.p_pack_alu`): softcap 30 at 2x4096,
+    head dim 128, 598 -> 571 µs on an H100 (0.78 -> 0.82 of the plain call; TUNING.md step 22). At 256 they lost
+    (1.02 -> 0.97) and the default stays; a config named by the caller is never changed."""
+    if not (cfg.gluon and cfg.varlen and cfg.cap_bound and 80 <= head_dim <= 128
+            and 0 < f.softcap <= CAP_BOUND_MAX):
+        return cfg
+    return dataclasses.replace(cfg, cap_poly=4, p_pack_alu=dtype == torch.bfloat16)
+
+
 def sinks_only(f: Features) -> bool:
     """Sinks and no other feature: the dense warp-specialized Gluon program computes those too."""
     return f.sinks and f.softcap <= 0 and f.window == (-1, -1)

@@ -57,6 +57,7 @@ from ._features import (
     kernel_args,
     parse_features,
     sinks_only,
+    softcap_switches,
     varlen_gluon_meta,
 )
 from ._kernel import attention_fwd
@@ -256,7 +257,7 @@ def _feature_config(q, k, causal: bool, f: Features, plain: Config) -> Config:
     if GLUON_BY_DEFAULT:
         cfg = GLUON_WS_256_VARLEN if d == 256 else GLUON_WS_VARLEN
         if gluon_unsupported(q, k, causal, cfg) is None:
-            return cfg
+            return softcap_switches(cfg, f, d, q.dtype)
     return default_config(d, q.device)
 
 

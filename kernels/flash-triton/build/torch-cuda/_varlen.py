@@ -43,6 +43,7 @@ from ._features import (
     gluon_problem,
     kernel_args,
     parse_features,
+    softcap_switches,
     varlen_gluon_meta,
 )
 from ._kernel import attention_fwd
@@ -96,7 +97,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     elif features.any and not GLUON_BY_DEFAULT:
         cfg = default_config(d, q.device)
     else:
-        cfg = _default_varlen_config(q, k, v, bool(causal))
+        cfg = softcap_switches(_default_varlen_config(q, k, v, bool(causal)), features, d, q.dtype)
     if cfg.gluon:
         _launch_gluon_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, scale, bool(causal), cfg,
                              features, s_aux)
