@@ -12,7 +12,7 @@ head dim 128), bf16. The default softcap call at head dim 128 takes `cap_poly=4`
 `_features.softcap_switches`); its `gluon varlen` row names the program without them. A sliding window does less work than the plain causal call: its ratio may pass 1.
 
     PYTHONPATH=src python3 benchmarks/kernel_features_bench.py [--softcap-only]
-`--softcap-only`: the plain and softcap cases of the prefill calls (a short run).
+`--softcap-only`: the plain, softcap and all-three cases of the prefill calls (a short run).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def main() -> int:
         print("kernel_features_bench: needs a CUDA GPU", file=sys.stderr)
         return 2
     softcap_only = "--softcap-only" in sys.argv[1:]
-    cases = {k: v for k, v in CASES.items() if k in ("plain", "softcap 30")} if softcap_only else CASES
+    cases = {k: v for k, v in CASES.items() if k in ("plain", "softcap 30", "all three")} if softcap_only else CASES
     mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
     sinks = {h: torch.randn(h, device="cuda") + 4 for h in (16, 32)}
 
