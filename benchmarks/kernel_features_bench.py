@@ -69,10 +69,11 @@ def main() -> int:
                       lambda kw, q=q, k=k, v=v, d=d: gluon_varlen(q, k, v, kw, d, cap_bound=False)))
         calls.append((name + " gluon varlen alu-pack",  # P rounded to bf16 on the integer pipe (TUNING.md step 21)
                       lambda kw, q=q, k=k, v=v, d=d: gluon_varlen(q, k, v, kw, d, p_pack_alu=True)))
-        for suffix, pack in ((" poly/4", False), (" poly/4 + alu-pack", True)):  # one exp2 in 4 on the FMA pipes
-            # (TUNING.md step 20), alone and with P packed on the integer pipe: the bounded softcap's options only
-            calls.append((name + " gluon varlen" + suffix, lambda kw, q=q, k=k, v=v, d=d, pack=pack: gluon_varlen(
-                q, k, v, kw, d, p_pack_alu=pack, cap_poly=4)))
+        for poly, pack in ((4, False), (4, True), (2, True)):  # one exp2 in 4 or 2 on the FMA pipes (TUNING.md
+            # step 20), alone and with P packed on the integer pipe: the bounded softcap's options only
+            suffix = f" poly/{poly}" + (" + alu-pack" if pack else "")
+            calls.append((name + " gluon varlen" + suffix, lambda kw, q=q, k=k, v=v, d=d, pack=pack, poly=poly:
+                          gluon_varlen(q, k, v, kw, d, p_pack_alu=pack, cap_poly=poly)))
             only[calls[-1][0]] = ("softcap 30",)
     cache = [torch.randn(16, 8192, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2)]  # [B, S, Hkv, D]
     qd = torch.randn(16, 1, 32, 128, device="cuda", dtype=torch.bfloat16)  # [B, 1, Hq, D]
