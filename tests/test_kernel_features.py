@@ -527,10 +527,11 @@ def test_default_arguments_take_the_one_plain_features_object():
     assert feat.effective(w(500, 0, 30.0), 10, 100, True) == feat.Features(30.0, (-1, -1), False)
 
 
-def test_a_default_softcap_call_at_head_dims_80_to_128_takes_the_polynomial_and_the_integer_pack():
-    """`_features.softcap_switches`: the default varlen Gluon config of a bounded softcap at head dims 80-128 gets
-    `cap_poly=4` and, in bf16 only, `p_pack_alu` (measured faster there, TUNING.md step 22); head dim 64 (not
-    measured), 256 (slower there), a cap past the bound, no softcap, the online form and other programs keep theirs."""
+def test_a_default_softcap_alone_at_head_dims_80_to_128_takes_the_polynomial_and_the_integer_pack():
+    """`_features.softcap_switches`: the default varlen Gluon config of a bounded softcap alone at head dims 80-128
+    gets `cap_poly=4` and, in bf16 only, `p_pack_alu` (measured faster there, TUNING.md step 22); the cap beside a
+    window or sinks (slower there), head dim 64 (not measured), 256 (slower), a cap past the bound, no softcap, the
+    online form and other programs keep theirs."""
     import torch
 
     from attnprof.variants import kernel_hub
@@ -543,10 +544,12 @@ def test_a_default_softcap_call_at_head_dims_80_to_128_takes_the_polynomial_and_
     assert pick(ws, cap30, 128, torch.bfloat16).label() == ws.label() + " poly/4 alu-pack"
     assert pick(ws, cap30, 96, torch.bfloat16).label() == ws.label() + " poly/4 alu-pack"
     assert pick(ws, cap30, 128, torch.float16).label() == ws.label() + " poly/4"
-    all_three = feats.Features(softcap=30.0, window=(1023, 0), sinks=True)
-    assert pick(ws, all_three, 80, torch.bfloat16).cap_poly == 4
+    assert pick(ws, cap30, 80, torch.bfloat16).cap_poly == 4
     online = cfgs.Config(**{**ws.__dict__, "cap_bound": False})
-    for cfg, f, d in ((ws, cap30, 64), (cfgs.GLUON_WS_256_VARLEN, cap30, 256), (ws, cap80, 128),
+    with_window = feats.Features(softcap=30.0, window=(1023, 0))
+    with_sinks = feats.Features(softcap=30.0, sinks=True)
+    for cfg, f, d in ((ws, with_window, 128), (ws, with_sinks, 128), (ws, cap30, 64),
+                      (cfgs.GLUON_WS_256_VARLEN, cap30, 256), (ws, cap80, 128),
                       (ws, feats.Features(window=(7, 0)), 128), (online, cap30, 128), (cfgs.GLUON_WS, cap30, 128),
                       (cfgs.Config(), cap30, 128)):
         assert pick(cfg, f, d, torch.bfloat16) is cfg, (cfg.label(), f, d)

@@ -140,12 +140,14 @@ def varlen_gluon_meta(f: Features, cap_bound: bool, p_pack_alu: bool = False, ca
 
 def softcap_switches(cfg, f: Features, head_dim: int, dtype: torch.dtype):
     """The default varlen Gluon config `cfg` for a call with `f`, with the bounded softcap's switches where they
-    were measured faster: at head dims 80-128 (128-wide tiles) one exp2 in four as a polynomial on the FMA pipes
-    (`Config.cap_poly`) and, in bf16, P rounded on the integer pipe (`Config.p_pack_alu`): softcap 30 at 2x4096,
-    head dim 128, 598 -> 571 µs on an H100 (0.78 -> 0.82 of the plain call; TUNING.md step 22). At 256 they lost
-    (1.02 -> 0.97) and the default stays; a config named by the caller is never changed."""
-    if not (cfg.gluon and cfg.varlen and cfg.cap_bound and 80 <= head_dim <= 128
-            and 0 < f.softcap <= CAP_BOUND_MAX):
+    were measured faster: softcap alone (no window, no sinks) at head dims 80-128 (128-wide tiles) takes one exp2
+    in four as a polynomial on the FMA pipes (`Config.cap_poly`) and, in bf16, P rounded on the integer pipe
+    (`Config.p_pack_alu`): softcap 30 at 2x4096, head dim 128, 598.6 -> 575.0 µs on an H100 (0.78 -> 0.81 of the
+    plain call; TUNING.md step 22). With a window and sinks beside the cap the same switches lost (328.1 -> 346.6
+    µs), and at head dim 256 (1.02 -> 0.97): there the default stays. A config named by the caller is never
+    changed."""
+    if not (cfg.gluon and cfg.varlen and cfg.cap_bound and 80 <= head_dim <= 128 and 0 < f.softcap <= CAP_BOUND_MAX
+            and f.window == (-1, -1) and not f.sinks):
         return cfg
     return dataclasses.replace(cfg, cap_poly=4, p_pack_alu=dtype == torch.bfloat16)
 
