@@ -4,7 +4,9 @@
 # process session (setsid) on the warm machine, from a private copy of the tree (a later call's copy of the working
 # tree cannot change what it imports). Every call of this script (re)attaches: it starts the run when none was
 # started on this machine, waits for it up to WAIT_S seconds, then copies what the run has written so far.
-#   WAIT_S=575 EACH_TIMEOUT=590 bash scripts/gpu/run_all.sh grid14   # call 1; call 2 (at once): the same command
+#   WAIT_S=500 EACH_TIMEOUT=530 bash scripts/gpu/run_all.sh grid14   # call 1; call 2 (at once): the same command
+# (the call's 600 s must also hold the wheel install and the packing: session 15's 575/590 left none, and the call
+# was cut before it packed)
 set -u
 dest="${OUT:-/tmp/out}/grid14"; mkdir -p "$dest"
 state=/tmp/grid14
