@@ -48,9 +48,10 @@ class Config:
     cap_bound: bool = True  # the varlen form soft-caps without a running max (`_features.CAP_BOUND_MAX`, step 19);
     # False: the online softmax as for plain calls, kept to measure against
     p_pack_alu: bool = False  # the varlen form rounds P to bf16 on the integer pipe instead of F2FP (bf16 only;
-    # TUNING.md step 21: to measure whether the conversion shares the special-function unit's rate)
-    cap_poly: int = 0  # with cap_bound: one exponential in cap_poly (2, 4) as a polynomial on the FMA pipes (step 20;
-    # combinable with p_pack_alu)
+    # TUNING.md steps 21-22: alone it loses, with cap_poly=4 it wins)
+    cap_poly: int = 0  # with cap_bound: one exponential in cap_poly (2, 4) as a polynomial on the FMA pipes (steps
+    # 20, 22). A default softcap-alone call at head dims 80-128 takes cap_poly=4 and, in bf16, p_pack_alu
+    # (`_features.softcap_switches`)
 
     def __post_init__(self):
         if self.cap_poly not in (0, 2, 4):

@@ -27,10 +27,11 @@ warp-specialized one takes sinks alone), as constexpr switches (off: the plain p
     edge for some row of the half;
   - `SINKS`: exp(Sinks[h]) joins each row's softmax denominator (gpt-oss), after the last block.
 `P_PACK_ALU` (bf16, `Config.p_pack_alu`, not a feature: a way to compute P) rounds P to bf16 on the integer pipe
-(`_p_operand`), to measure against the F2FP conversion (TUNING.md step 21).
+(`_p_operand`) instead of the F2FP conversion (TUNING.md step 21).
 `CAP_POLY` (2, 4: `Config.cap_poly`, with `CAP_BOUND` only) computes one exp2 in that many as a polynomial on the
-FMA pipes (`_exp2_poly_asm`), to take work off the special-function unit (TUNING.md step 20); it combines with
-`P_PACK_ALU`.
+FMA pipes (`_exp2_poly_asm`), to take work off the special-function unit (TUNING.md step 20). With `P_PACK_ALU`
+the polynomial's work replaces the conversion's on those pipes: CAP_POLY=4 with it is the default of a softcap
+alone at head dims 80-128 in bf16 (`_features.softcap_switches`, TUNING.md step 22).
 """
 
 from __future__ import annotations
