@@ -183,6 +183,8 @@ class _Plan(NamedTuple):
     out_shape: tuple = ()  # the output `attention` allocates: q's layout (a `[B, S, H, D]` view of `[B, H, S, D]`
     out_strides: tuple = ()  # storage for "heads", else contiguous), made with one `torch.empty_strided`
     strides: tuple = ()  # the Triton program's 12 stride arguments (q, k, v, out)
+    out_like_q: bool = False  # the output's strides are q's exactly: `torch.empty_like(q)` makes it (half the host
+    # time of `empty_strided`'s argument parsing)
 
 
 _PLANS: dict[tuple, _Plan] = {}  # call signature -> what `attention` decided for it
@@ -238,12 +240,13 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
         return _Plan("bf16-interpreter", cfg)
     b, sq, hq, _ = q.shape
     out = (hq * sq * d, d, sq * d, 1) if layout == "heads" else (sq * hq * d, hq * d, d, 1)  # q's layout
+    like = q.stride() == out
     if cfg.gluon:
-        return _Plan("gluon", cfg, layout, next(_SERIALS), (b, sq, hq, d), out)
+        return _Plan("gluon", cfg, layout, next(_SERIALS), (b, sq, hq, d), out, out_like_q=like)
     if cfg.use_tma and (layout is None or block_d(d) != d):
         cfg = dataclasses.replace(cfg, use_tma=False)  # other strides, or a padded head dim: pointer loads
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out[:3])
-    return _Plan("triton", cfg, layout, next(_SERIALS), (b, sq, hq, d), out, strides)
+    return _Plan("triton", cfg, layout, next(_SERIALS), (b, sq, hq, d), out, strides, like)
 
 
 def _feature_config(q, k, causal: bool, f: Features, plain: Config) -> Config:
@@ -304,7 +307,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     sk, hkv = k.shape[1], k.shape[2]
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
     # the output takes q's layout when q is a view of [B, H, S, D] (no copy on the way back to PyTorch's layout)
-    out = torch.empty_strided(plan.out_shape, plan.out_strides, dtype=q.dtype, device=q.device)
+    if plan.out_like_q:
+        out = torch.empty_like(q)
+    else:
+        out = torch.empty_strided(plan.out_shape, plan.out_strides, dtype=q.dtype, device=q.device)
     if kind == "gluon":
         _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads", key=lkey, f=f,
                       s_aux=s_aux)

@@ -90,6 +90,8 @@ class _Call:
     reduce_meta: dict
     features: Features = PLAIN
     serial: int = 0
+    out_like_q: bool = False  # q is contiguous: `torch.empty_like(q)` makes the output (half the host time of
+    # `torch.empty`'s argument parsing)
 
 
 _SERIALS = itertools.count(1)
@@ -140,11 +142,11 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
             if len(_CALLS) >= _MAX_CALLS:
                 _CALLS.clear()
             _CALLS[key] = call
-    out = torch.empty(call.out_shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(call.lse_shape, dtype=torch.float32, device=q.device) if call.lse_shape else None
+    out = torch.empty_like(q) if call.out_like_q else torch.empty(call.out_shape, dtype=q.dtype, device=q.device)
+    lse = q.new_empty(call.lse_shape, dtype=torch.float32) if call.lse_shape else None
     if call.fwd_grid is None:  # nothing to compute (an empty batch or head dim)
         return (out, lse) if return_softmax_lse else out
-    part = torch.empty(call.workspace, dtype=torch.float32, device=q.device) if call.workspace else None
+    part = q.new_empty(call.workspace, dtype=torch.float32) if call.workspace else None
     count, count_off = counter_slot(q.device, call.tiles) if call.counted else (None, 0)
     if cache_seqlens is None:
         seqlens, seqlen_scalar = None, call.capacity
@@ -230,7 +232,7 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
                  reduce_meta=dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_D=width, PREFETCH=cfg.prefetch_merge,
                                   MERGE_GROUP=cfg.merge_group, **flags,
                                   WINDOW=fwd_meta["WINDOW"], SINKS=fwd_meta["SINKS"], num_warps=4),
-                 features=f, serial=next(_SERIALS))
+                 features=f, serial=next(_SERIALS), out_like_q=q.stride() == (*out_strides, 1))
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
