@@ -240,7 +240,8 @@ def _child() -> dict:
         except ValueError as err:
             polys[name] = str(err)
     out["cap_poly_refusals"] = polys
-    meta = {cap: mod._features.varlen_gluon_meta(mod.parse_features("t", qb, cap, (-1, -1), None), True, False, 4)
+    poly4 = mod.Config(**ws, varlen=True, cap_poly=4)
+    meta = {cap: mod._features.varlen_gluon_meta(mod.parse_features("t", qb, cap, (-1, -1), None), poly4)
             for cap in (20.0, 80.0, 0.0)}
     out["cap_poly_meta"] = {str(cap): [m["CAP_BOUND"], m["CAP_POLY"]] for cap, m in meta.items()}
     return out

@@ -129,13 +129,14 @@ def kernel_args(f: Features, scale: float) -> tuple[float, float, int, int]:
     return cap_in, cap_out, left, right
 
 
-def varlen_gluon_meta(f: Features, cap_bound: bool, p_pack_alu: bool = False, cap_poly: int = 0) -> dict:
-    """The varlen Gluon program's constexpr switches: `meta` plus `CAP_BOUND`, soft-capping without a running max
-    (`Config.cap_bound` and a cap up to `CAP_BOUND_MAX`), and with it `CAP_POLY` (`Config.cap_poly`: one exp2 in
-    that many on the FMA pipes; 0 without the bound), and `P_PACK_ALU` (`Config.p_pack_alu`: P rounded to bf16 on
-    the integer pipe; `_config.p_pack_problem` refuses it where it cannot apply)."""
-    bound = cap_bound and 0 < f.softcap <= CAP_BOUND_MAX
-    return dict(f.meta(), CAP_BOUND=bound, CAP_POLY=cap_poly if bound else 0, P_PACK_ALU=p_pack_alu)
+def varlen_gluon_meta(f: Features, cfg) -> dict:
+    """The varlen Gluon program's constexpr switches for a call with `f` on the `Config` `cfg`: `meta` plus
+    `CAP_BOUND`, soft-capping without a running max (`cfg.cap_bound` and a cap up to `CAP_BOUND_MAX`), and with it
+    `CAP_POLY` (`cfg.cap_poly`: one exp2 in that many on the FMA pipes; 0 without the bound), and `P_PACK_ALU`
+    (`cfg.p_pack_alu`: P rounded to bf16 on the integer pipe; `_config.p_pack_problem` refuses it where it cannot
+    apply)."""
+    bound = cfg.cap_bound and 0 < f.softcap <= CAP_BOUND_MAX
+    return dict(f.meta(), CAP_BOUND=bound, CAP_POLY=cfg.cap_poly if bound else 0, P_PACK_ALU=cfg.p_pack_alu)
 
 
 def softcap_switches(cfg, f: Features, head_dim: int, dtype: torch.dtype):

@@ -191,7 +191,7 @@ def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, c
         qk_scale, hq, hq // hkv, cu_q, cu_k, q.shape[0], k.shape[0], *features,
         HEAD_DIM=block_d(d), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
         num_warps=cfg.num_warps, HEADS_IN_ROWS=heads, HEAD_DIM_VALID=d, JOINT_RELEASE=cfg.joint_release,
-        **varlen_gluon_meta(f, cfg.cap_bound, cfg.p_pack_alu, cfg.cap_poly),
+        **varlen_gluon_meta(f, cfg),
     )
 
 

@@ -396,8 +396,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
                  num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
-                 JOINT_RELEASE=cfg.joint_release,
-                 **varlen_gluon_meta(f, cfg.cap_bound, cfg.p_pack_alu, cfg.cap_poly)))
+                 JOINT_RELEASE=cfg.joint_release, **varlen_gluon_meta(f, cfg)))
         return
     if cfg.persistent:
         tiles = sq // cfg.block_m * b * hq
