@@ -5,8 +5,9 @@
 # tree cannot change what it imports). Every call of this script (re)attaches: it starts the run when none was
 # started on this machine, waits for it up to WAIT_S seconds, then copies what the run has written so far.
 #   WAIT_S=500 EACH_TIMEOUT=530 bash scripts/gpu/run_all.sh grid14   # call 1; call 2 (at once): the same command
-# (the call's 600 s must also hold the wheel install and the packing: session 15's 575/590 left none, and the call
-# was cut before it packed)
+# (the call's 600 s must also hold the wheel install and the packing). Sessions 15 and 16 lost a starting call each
+# to its 600 s limit: the backgrounded `cd && setsid ...` subshell kept run_all.sh's `| tee | tail` pipe open, so
+# the call waited for the whole grid; the redirection now covers that subshell (reproduced and fixed on the CPU).
 set -u
 dest="${OUT:-/tmp/out}/grid14"; mkdir -p "$dest"
 state=/tmp/grid14
@@ -18,8 +19,8 @@ if [ ! -f "$state/pid" ]; then
   (cd "$state" && PYTHONPATH="$py" PYTHONUNBUFFERED=1 setsid nohup bash -c \
     "python3 -m attnprof serve --model llama-1b --dtype bf16 --loop production --mode decode --impls sdpa,kernel \
       --decode-batch 1,4,16,64,128 --decode-context 1024,8192,32768 --new-tokens 32 --no-share --out $state/out \
-      --stem production-decode-grid --json > $state/serve.log 2>&1; echo \$? > $state/rc" \
-    > /dev/null 2>&1 < /dev/null &)
+      --stem production-decode-grid --json > $state/serve.log 2>&1; echo \$? > $state/rc" &) \
+    > /dev/null 2>&1 < /dev/null  # the whole launching subshell, not only setsid, leaves run_all's tee pipe
   sleep 2; pgrep -f "attnprof serve" | head -1 > "$state/pid"
   echo "started the grid run (pid $(cat "$state/pid")) from $state"
 else
