@@ -7,10 +7,10 @@
 #   WAIT_S=500 EACH_TIMEOUT=530 bash scripts/gpu/run_all.sh grid14   # call 1; call 2 (at once): the same command
 # (the call's 600 s must also hold the wheel install and the packing). Sessions 15 and 16 lost a starting call each
 # to its 600 s limit: the backgrounded `cd && setsid ...` subshell kept run_all.sh's `| tee | tail` pipe open, so
-# the call waited for the whole grid; the redirection now covers that subshell (reproduced and fixed on the CPU).
+# the call waited for the whole grid; the redirection now covers that subshell (tests/test_gpu_scripts.py fails on the old form).
 set -u
 dest="${OUT:-/tmp/out}/grid14"; mkdir -p "$dest"
-state=/tmp/grid14
+state=${GRID14_STATE:-/tmp/grid14}  # s14a.sh and s16a.sh look here; tests/test_gpu_scripts.py sets its own
 t0=$(date +%s)
 if [ ! -f "$state/pid" ]; then
   mkdir -p "$state"
