@@ -217,3 +217,56 @@ def test_a_production_decode_past_dynamos_recompile_limit_is_a_failure_not_a_num
         measure_static_decode(model, "breaking", batch=2, context=6, new_tokens=8, device="cpu", reps=1,
                               backend="eager")
     assert "not a production number" in str(err.value)
+
+
+def test_a_decode_whose_one_shot_prefill_would_not_fit_is_prefilled_in_chunks():
+    """Session 16's H100 grid (llama-1b bf16, 79.2 GiB): 128 x 8k and 64 x 32k ran out of memory asking for the
+    MLP's 16 and 32 GiB in the prefill of the whole batch, while their KV caches (34 and 69 GB) fit; 64 x 8k and
+    16 x 32k ran at once. The estimate keeps those as they ran and chunks the two that failed, with room to spare."""
+    from attnprof.models import load_config
+    from attnprof.validate import prefill_chunk
+
+    config = load_config("llama-1b")
+    h100 = int(79.18 * 2**30)
+    chunk = {(b, c): prefill_chunk(config, "bf16", "cuda", b, c, 32, memory=h100)
+             for b, c in ((1, 32768), (64, 8192), (16, 32768), (128, 8192), (64, 32768), (128, 1024))}
+    assert chunk[(1, 32768)] is None and chunk[(64, 8192)] is None and chunk[(16, 32768)] is None, chunk
+    assert chunk[(128, 1024)] is None, chunk
+    for cell in ((128, 8192), (64, 32768)):
+        n = chunk[cell]
+        assert n is not None and n & (n - 1) == 0 and 64 <= n < cell[1], chunk
+        assert cell[0] * n * 3 * 8192 * 2 < 16 * 2**30, chunk  # a chunk's MLP well under what the whole batch asked
+    assert prefill_chunk(config, "bf16", "cpu", 128, 8192, 32) is None  # the CPU: never chunked
+    assert prefill_chunk(config, "bf16", "cuda", 128, 32768, 32, memory=h100) is None  # the cache alone does not fit
+
+
+def test_production_decode_prefills_in_the_chunks_it_is_given_and_decodes_the_same():
+    """`prefill_chunk` reaches transformers' chunked prefill (compiled, as on the GPU, with the eager backend): the
+    prompt's forwards are the chunk's length, the point records it, the step is still one graph, and the tokens are
+    the one-shot prefill's."""
+    import torch
+
+    from attnprof.report.serve_report import _loop_sections
+    from attnprof.serving.loops import _generation_config
+    from attnprof.serving.throughput import _prompt
+
+    model = build_model("tiny-llama", attn_implementation="sdpa")
+    lengths: list[int] = []
+    hook = model.register_forward_pre_hook(lambda mod, args, kw: lengths.append(kw["input_ids"].shape[1]),
+                                           with_kwargs=True)
+    try:
+        p = measure_static_decode(model, "sdpa", batch=2, context=8, new_tokens=40, device="cpu", reps=3,
+                                  backend="eager", prefill_chunk=4)
+    finally:
+        hook.remove()
+    assert p.status == "ok" and p.graph_breaks == 0 and p.prefill_chunk == 4, p
+    assert p.to_json()["prefill_chunk"] == 4
+    text = "\n".join(_loop_sections({"decode": [p.to_json()], "continuous": {"stream": None}}, "production"))
+    assert "Prefilled in chunks of N tokens" in text and "sdpa 2 x 8: 4" in text, text
+    assert 4 in lengths and 8 not in lengths, sorted(set(lengths))  # two chunks of 4, never the whole prompt
+    ids = _prompt(model.config, 2, 8, "cpu", 0)
+    got = {}
+    for chunk in (None, 4):
+        config = _generation_config(5, 8 + 5 + 8, False, prefill_chunk=chunk)
+        got[chunk] = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    assert torch.equal(got[None], got[4])

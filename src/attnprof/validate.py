@@ -257,6 +257,32 @@ def model_point_bytes(config: Any, dtype: str, device: str, batch: int, seq: int
     return model_parameters(config) * elt + batch * seq * per_token + batch * vocab * 4 + scores
 
 
+def prefill_chunk(config: Any, dtype: str, device: str, batch: int, context: int, new_tokens: int, *,
+                  memory: int | None = None) -> int | None:
+    """Tokens per prefill chunk for a decode point whose decode state fits but whose one-shot prefill would not, or
+    None (prefill the prompt at once: the default, and every point where the estimate says it fits).
+
+    The prefill's transient peak per token, beyond weights and cache, is estimated as the MLP's gate, up and product
+    (3 x intermediate_size in the model's dtype) plus four fp32 copies of the hidden state (RMSNorm upcasts). On the
+    H100 llama-1b's decode at 128 x 8k and 64 x 32k ran out of memory asking for exactly the MLP's 16 and 32 GiB,
+    with the KV cache (34 and 69 GB) fitting. A chunk is the largest power of two whose peak takes at most half the
+    memory the weights, the cache and the logits leave (CUDA graphs keep the prefill's buffers), and at least 64.
+    `memory`: the device's bytes (default: what `device_memory` says of a CUDA device; the CPU is never chunked)."""
+    if memory is None:
+        have = device_memory(device) if device.startswith("cuda") else None
+        if have is None:
+            return None
+        memory = have[0]
+    hidden = int(getattr(config, "hidden_size", 0) or 0)
+    inter = int(getattr(config, "intermediate_size", 0) or 4 * hidden)
+    per_token = 3 * inter * BYTES.get(dtype, 4) + 4 * hidden * 4
+    free = memory - model_point_bytes(config, dtype, device, batch, context + new_tokens, prefill=False)
+    if free <= 0 or batch * context * per_token <= free:  # no room even for the cache: `model_point_misfit` says so
+        return None
+    chunk = 1 << max(6, int(free // 2 // max(batch * per_token, 1)).bit_length() - 1)
+    return chunk if chunk < context else None
+
+
 def check_model_batch_fits(config: Any, dtype: str, device: str, name: str, batch: int, seq: int, hint: str, *,
                            prefill: bool = True) -> None:
     check_fits(model_point_bytes(config, dtype, device, batch, seq, prefill=prefill), device,

@@ -196,6 +196,12 @@ def _loop_sections(data: dict, loop: str) -> list[str]:
             if colds:
                 lines += ["", "Cold part, reported apart (the first call: compile, CUDA-graph capture, cuDNN plans "
                               "for the lengths met): " + ", ".join(colds) + "."]
+            chunked = [f"{r['impl']} {r['batch']} x {r['context']}: {r['prefill_chunk']}" for r in data[mode]
+                       if r.get("prefill_chunk")]
+            if chunked:
+                lines += ["", "Prefilled in chunks of N tokens (the whole batch's prompt at once would not fit in "
+                              "memory beside its cache; ms/token is a difference of two calls, so the prefill's "
+                              "cost cancels): " + ", ".join(chunked) + "."]
     stream = data["continuous"]
     if stream["stream"]:
         s = stream["stream"]

@@ -59,11 +59,14 @@ def unavailable(loop: str, mode: str, device: str) -> str | None:
     return None
 
 
-def _generation_config(new: int, max_len: int, compile_: bool, backend: str = "inductor", *, check: bool = False):
+def _generation_config(new: int, max_len: int, compile_: bool, backend: str = "inductor", *, check: bool = False,
+                       prefill_chunk: int | None = None):
     from transformers import GenerationConfig
 
     kw = dict(do_sample=False, max_new_tokens=new, min_new_tokens=new, eos_token_id=None, pad_token_id=0,
               cache_implementation="static", max_cache_len=max_len)  # one KV length for every call
+    if prefill_chunk:  # transformers' chunked prefill: the prompt in pieces of this many tokens
+        kw["prefill_chunk_size"] = prefill_chunk
     if check:  # the untimed first call keeps its logits: a NaN (a mask the kernel refused inside the graph) fails
         kw.update(return_dict_in_generate=True, output_logits=True)
     if compile_:
@@ -77,13 +80,16 @@ def _generation_config(new: int, max_len: int, compile_: bool, backend: str = "i
 
 
 def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tokens: int, device: str,
-                          seed: int = 0, reps: int = 3, compile_: bool = True, backend: str = "inductor"):
+                          seed: int = 0, reps: int = 3, compile_: bool = True, backend: str = "inductor",
+                          prefill_chunk: int | None = None):
     """The production `generate`: static cache (+ compile reduce-overhead); ms/token from whole calls (see above).
 
     A number from a step that did not run as one compiled graph is not a production number: when dynamo hits its
     recompile limit during the calls (it then runs the function unfused, as a graph-breaking attention did at batch
     16 on the H200: 0.25x SDPA), or the first call's logits are not finite, the point fails (CheckFailed) with the
-    reason. Graph breaks are counted into the point (`graph_breaks`)."""
+    reason. Graph breaks are counted into the point (`graph_breaks`). `prefill_chunk` (`validate.prefill_chunk`):
+    the prompt is prefilled in pieces of that many tokens, so a batch whose decode fits but whose one-shot prefill
+    would not is still measured; ms/token is the difference of two calls, so the prefill's cost cancels out."""
     from torch._dynamo.utils import counters
 
     from attnprof.errors import CheckFailed
@@ -105,7 +111,8 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
         sync()
         t = time.perf_counter()
         out = model.generate(ids, attention_mask=torch.ones_like(ids),
-                             generation_config=_generation_config(new, max_len, compile_, backend, check=check))
+                             generation_config=_generation_config(new, max_len, compile_, backend, check=check,
+                                                                 prefill_chunk=prefill_chunk))
         sync()
         seconds = time.perf_counter() - t
         if check:
@@ -144,7 +151,7 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
                  seconds=s * (n2 - n1), step_ms=ms,
                  itl_ms={"p50": ms, "p99": max(per_token) * 1e3, "min": min(per_token) * 1e3,
                          "max": max(per_token) * 1e3},
-                 itl_repeat_ms={}, cold_s=first, loop="production",
+                 itl_repeat_ms={}, cold_s=first, loop="production", prefill_chunk=prefill_chunk,
                  graph_breaks=sum(counters["graph_break"].values()) - breaks_before if compile_ else None)
 
 

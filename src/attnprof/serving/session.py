@@ -186,7 +186,7 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
     if why:
         return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=why,
                      loop=loop)
-    from attnprof.validate import model_point_misfit
+    from attnprof.validate import model_point_misfit, prefill_chunk
 
     seq = context + (plan["new_tokens"] if mode == "decode" else 0)
     misfit = model_point_misfit(model.config, plan["dtype"], device, batch, seq, prefill=mode == "prefill")
@@ -200,9 +200,11 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
             return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected",
                          reason=f"{impl.name}: {refused}", loop=loop)
         with impl.context(), refusal_on_forward() as said:  # transformers' attention integration refusing a call
-            if loop == "production":
+            if loop == "production":  # a prompt batch whose one-shot prefill would not fit: in chunks
+                chunk = prefill_chunk(model.config, plan["dtype"], device, batch, context, plan["new_tokens"])
                 return measure_static_decode(model, impl.name, batch=batch, context=context,
-                                             new_tokens=plan["new_tokens"], device=device, seed=args.seed)
+                                             new_tokens=plan["new_tokens"], device=device, seed=args.seed,
+                                             prefill_chunk=chunk)
             if mode == "prefill":
                 return measure_prefill(model, impl.name, batch=batch, context=context, device=device, seed=args.seed,
                                        reps=args.reps, share=not args.no_share)
