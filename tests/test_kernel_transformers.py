@@ -92,6 +92,16 @@ def _child() -> dict:
     out["static"] = {"tokens": rows, "calls": dict(calls),
                      "mismatches": [greedy_mismatches(ref, p, t) for p, t in zip(prompts, rows)]}
 
+    # the prompt prefilled in chunks of 3 (7 = 3 + 3 + 1), as `serve` does when a batch's one-shot prefill would not
+    # fit (`validate.prefill_chunk`): the second and third chunks' queries attend to the cache the earlier ones wrote
+    calls.clear()
+    with torch.no_grad():
+        got = static.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0,
+                              eos_token_id=-1, cache_implementation="static", prefill_chunk_size=3)
+    rows = [got[i, 7:].tolist() for i in range(2)]
+    out["static_chunked"] = {"tokens": rows, "calls": dict(calls),
+                             "mismatches": [greedy_mismatches(ref, p, t) for p, t in zip(prompts, rows)]}
+
     # the same loop compiled, as `serve --loop production` runs it (dynamo with the eager backend: the CPU has no CUDA
     # graphs): one graph per step, for a batch with a left-padded row too. Its prefill comes with no mask (SDPA's
     # top-left is_causal over the whole cache, which the adapter once took bottom-right: token 0 was wrong). On the
@@ -204,6 +214,17 @@ def test_static_cache_generate_runs_our_kernel_over_the_cache_with_left_padding(
     assert r["calls"].get("flash_attn_with_kvcache", 0) >= 2 * 4, r  # 2 layers × (prefill + 3 decode steps)
     for tokens, bad in zip(r["tokens"], r["mismatches"]):
         assert len(tokens) == 4 and not bad, r
+
+
+def test_a_prompt_prefilled_in_chunks_runs_our_kernel_over_the_cache_it_filled(child):
+    """Chunked prefill (`serve`'s production decode when the whole batch's prompt would not fit at once): each chunk
+    after the first attends to the keys the earlier chunks wrote, the left-padded row included; fp64's greedy tokens,
+    the one-shot prefill's tokens."""
+    r = child["static_chunked"]
+    assert r["calls"].get("flash_attn_with_kvcache", 0) >= 2 * (3 + 3), r  # 2 layers × (3 chunks + 3 decode steps)
+    for tokens, bad in zip(r["tokens"], r["mismatches"]):
+        assert len(tokens) == 4 and not bad, r
+    assert r["tokens"] == child["static"]["tokens"], r
 
 
 def test_compiled_static_cache_generate_is_one_graph_for_a_padded_batch(child):
