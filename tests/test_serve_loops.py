@@ -240,7 +240,7 @@ def test_a_decode_whose_one_shot_prefill_would_not_fit_is_prefilled_in_chunks():
     assert prefill_chunk(config, "bf16", "cuda", 128, 32768, 32, memory=h100) is None  # the cache alone does not fit
 
 
-def test_production_decode_prefills_in_the_chunks_it_is_given_and_decodes_the_same():
+def test_production_decode_prefills_in_the_chunks_it_is_given_and_decodes_the_same(capsys):
     """`prefill_chunk` reaches transformers' chunked prefill (compiled, as on the GPU, with the eager backend): the
     prompt's forwards are the chunk's length, the point records it, the step is still one graph, and the tokens are
     the one-shot prefill's."""
@@ -276,6 +276,14 @@ def test_production_decode_prefills_in_the_chunks_it_is_given_and_decodes_the_sa
     assert p.to_json()["prefill_chunk"] == 4
     text = "\n".join(_loop_sections({"decode": [p.to_json()], "continuous": {"stream": None}}, "production"))
     assert "Prefilled in chunks of N tokens" in text and "sdpa 2 x 8: 4" in text, text
+    from attnprof.report.serve_terminal import print_terminal
+
+    capsys.readouterr()
+    print_terminal({"model": {"name": "tiny-llama", "dtype": "fp32"}, "decode": [p.to_json()], "answer": "",
+                    "continuous": {"results": []}})
+    terminal = capsys.readouterr().out
+    assert "prefilled in chunks" in terminal and "sdpa 2x8 by 4" in terminal, terminal
+    assert max(map(len, terminal.splitlines())) <= 80, terminal
     assert 4 in lengths and 8 not in lengths, sorted(set(lengths))  # two chunks of 4, never the whole prompt
     ids = _prompt(model.config, 2, 8, "cpu", 0)
     got = {}

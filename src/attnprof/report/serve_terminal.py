@@ -81,6 +81,12 @@ def print_terminal(data: dict, *, wide: bool = False) -> None:
                 _wide(title, static_head(mode), _static_rows(rows, mode))
             else:
                 _compact(title, STATIC, _static(rows, mode), rows, KEEP["static"])
+            chunked = [f"{r['impl']} {r['batch']}x{r['context']} by {r['prefill_chunk']}" for r in rows
+                       if r.get("prefill_chunk")]
+            if chunked:
+                say("prefilled in chunks (the whole batch's prompt at once would not fit beside its cache; "
+                    "ms/token is a difference of two calls, so the prefill's cost cancels): " + ", ".join(chunked),
+                    wide=wide)
         rows = part["continuous"]["results"]
         if rows:
             title = f"continuous batching{tag}"
