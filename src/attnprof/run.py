@@ -127,15 +127,21 @@ class _LimitHandler(logging.Handler):
 @contextlib.contextmanager
 def recompile_limit_hits() -> Iterator[list[str]]:
     """While open, dynamo's "hit config.recompile_limit" warnings (their first two lines) are appended to the list;
-    the functions they name are remembered for `unfused_since`."""
+    the functions they name are remembered for `unfused_since`. The limit the hits are judged by is the one in force
+    when the block opened, and it is put back when it closes: code inside may raise it for good (transformers 5.17's
+    chunked prefill sets 64), and what runs after must keep its guard."""
+    import torch._dynamo
+
     hits: list[str] = []
     handler = _LimitHandler(hits)
     logger = logging.getLogger("torch._dynamo.convert_frame")
+    limit = torch._dynamo.config.recompile_limit
     logger.addHandler(handler)
     try:
         yield hits
     finally:
         logger.removeHandler(handler)
+        torch._dynamo.config.recompile_limit = limit
 
 
 def unfused_since(name: str) -> str | None:

@@ -132,17 +132,13 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
     breaks_before = sum(counters["graph_break"].values())
     # no inference_mode here: generate runs under no_grad itself, and inference tensors in a static cache that
     # inductor's CUDA graphs captured are a known source of trouble (the H200 probe's recipe ran without it)
-    limit = torch._dynamo.config.recompile_limit  # transformers 5.17's chunked prefill sets it to 64, for good
-    try:
-        with recompile_limit_hits() as hits:
-            first = call(n2, check=True)  # compile + graph capture, cuDNN plans: the cold part
-            call(n2)
-            per_token = []
-            for _ in range(reps):
-                a, b = call(n1), call(n2)
-                per_token.append((b - a) / (n2 - n1))
-    finally:  # the rows after a chunked one keep the limit their recompile guard is judged by
-        torch._dynamo.config.recompile_limit = limit
+    with recompile_limit_hits() as hits:  # which also puts back a limit a chunked prefill raised (5.17: 64)
+        first = call(n2, check=True)  # compile + graph capture, cuDNN plans: the cold part
+        call(n2)
+        per_token = []
+        for _ in range(reps):
+            a, b = call(n1), call(n2)
+            per_token.append((b - a) / (n2 - n1))
     if hits:
         raise CheckFailed(f"decode {impl} production: dynamo hit its recompile limit ({hits[0]}), so the step ran "
                           "unfused: not a production number")
