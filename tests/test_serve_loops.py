@@ -282,7 +282,7 @@ def test_production_decode_prefills_in_the_chunks_it_is_given_and_decodes_the_sa
     print_terminal({"model": {"name": "tiny-llama", "dtype": "fp32"}, "decode": [p.to_json()], "answer": "",
                     "continuous": {"results": []}})
     terminal = capsys.readouterr().out
-    assert "prefilled in chunks" in terminal and "sdpa 2x8 by 4" in terminal, terminal
+    assert "Prefilled in chunks" in terminal and "sdpa 2 x 8: 4" in terminal, terminal
     assert max(map(len, terminal.splitlines())) <= 80, terminal
     assert 4 in lengths and 8 not in lengths, sorted(set(lengths))  # two chunks of 4, never the whole prompt
     ids = _prompt(model.config, 2, 8, "cpu", 0)

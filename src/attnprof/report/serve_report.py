@@ -173,6 +173,16 @@ def markdown(data: dict) -> str:
     return "\n".join(lines)
 
 
+def chunked_prefill(rows: list[dict]) -> str | None:
+    """The sentence naming the decode rows whose prompt was prefilled in chunks (`validate.prefill_chunk`), or None:
+    under the table in serve.md and in the terminal."""
+    cells = [f"{r['impl']} {r['batch']} x {r['context']}: {r['prefill_chunk']}" for r in rows if r.get("prefill_chunk")]
+    if not cells:
+        return None
+    return ("Prefilled in chunks of N tokens (the whole batch's prompt at once would not fit in memory beside its "
+            "cache; ms/token is a difference of two calls, so the prefill's cost cancels): " + ", ".join(cells) + ".")
+
+
 LOOP_TITLES = {
     "as-shipped": "as-shipped loop (transformers' defaults: dynamic cache, continuous batching without CUDA graphs)",
     "production": "production loop (decode in CUDA graphs: static cache + torch.compile reduce-overhead; continuous "
@@ -196,12 +206,8 @@ def _loop_sections(data: dict, loop: str) -> list[str]:
             if colds:
                 lines += ["", "Cold part, reported apart (the first call: compile, CUDA-graph capture, cuDNN plans "
                               "for the lengths met): " + ", ".join(colds) + "."]
-            chunked = [f"{r['impl']} {r['batch']} x {r['context']}: {r['prefill_chunk']}" for r in data[mode]
-                       if r.get("prefill_chunk")]
-            if chunked:
-                lines += ["", "Prefilled in chunks of N tokens (the whole batch's prompt at once would not fit in "
-                              "memory beside its cache; ms/token is a difference of two calls, so the prefill's "
-                              "cost cancels): " + ", ".join(chunked) + "."]
+            if chunked := chunked_prefill(data[mode]):
+                lines += ["", chunked]
     stream = data["continuous"]
     if stream["stream"]:
         s = stream["stream"]

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attnprof.report.render import compact_table, fit_columns, fmt, left_out, out, say
-from attnprof.report.serve_report import STREAM_HEAD, _pct, _static_rows, _stream_rows, _x, static_head
+from attnprof.report.serve_report import STREAM_HEAD, _pct, _static_rows, _stream_rows, _x, chunked_prefill, static_head
 
 STYLE = {"rejected": "yellow", "error": "red", "oom": "red"}
 STATIC = ["impl", "batch", "context", "status", "tok/s", "attn %", "× eager", "$/1M"]
@@ -81,12 +81,8 @@ def print_terminal(data: dict, *, wide: bool = False) -> None:
                 _wide(title, static_head(mode), _static_rows(rows, mode))
             else:
                 _compact(title, STATIC, _static(rows, mode), rows, KEEP["static"])
-            chunked = [f"{r['impl']} {r['batch']}x{r['context']} by {r['prefill_chunk']}" for r in rows
-                       if r.get("prefill_chunk")]
-            if chunked:
-                say("prefilled in chunks (the whole batch's prompt at once would not fit beside its cache; "
-                    "ms/token is a difference of two calls, so the prefill's cost cancels): " + ", ".join(chunked),
-                    wide=wide)
+            if chunked := chunked_prefill(rows):
+                say(chunked, wide=wide)
         rows = part["continuous"]["results"]
         if rows:
             title = f"continuous batching{tag}"
