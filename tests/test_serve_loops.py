@@ -240,6 +240,50 @@ def test_a_decode_whose_one_shot_prefill_would_not_fit_is_prefilled_in_chunks():
     assert prefill_chunk(config, "bf16", "cuda", 128, 32768, 32, memory=h100) is None  # the cache alone does not fit
 
 
+def test_sdpa_on_the_static_cache_is_charged_its_repeated_kv_and_the_kernel_is_not():
+    """Session 17's H100 (79.18 GiB): at 64 x 32k SDPA ran out of memory asking for 8.01 GiB, one layer's K repeated
+    from 8 to 32 heads beside the 64 GiB cache, while the kernel ran; 128 x 8k and 16 x 32k ran for both. The estimate
+    now refuses that one cell for SDPA up front and keeps every cell that ran."""
+    from attnprof.models import load_config
+    from attnprof.models.attention import AttentionImpl
+    from attnprof.serving.loops import repeats_kv
+    from attnprof.validate import gib, model_point_bytes
+
+    config = load_config("llama-1b")
+    h100 = int(79.18 * 2**30)
+
+    def need(b, c, repeated):
+        return model_point_bytes(config, "bf16", "cuda", b, c + 32, prefill=False, repeated_kv=repeated)
+
+    assert need(64, 32768, False) < h100 < need(64, 32768, True)
+    assert all(need(b, c, True) < h100 for b, c in ((128, 8192), (16, 32768), (64, 8192), (1, 32768)))
+    assert gib((need(64, 32768, True) - need(64, 32768, False)) // 2) == gib(8.01 * 2**30)  # the OOM's 8.01 GiB
+    sdpa, kernel, eager = (AttentionImpl("sdpa", "sdpa"), AttentionImpl("kernel", "attnprof_kernel"),
+                           AttentionImpl("eager", "eager"))
+    assert repeats_kv(sdpa, "production") and repeats_kv(eager, "production") and repeats_kv(eager, "as-shipped")
+    assert not repeats_kv(kernel, "production") and not repeats_kv(sdpa, "as-shipped")
+
+
+def test_transformers_sdpa_repeats_kv_when_compiled_with_a_mask(monkeypatch):
+    """What `repeats_kv` assumes of the installed transformers: its sdpa function, traced by dynamo with a mask (the
+    static cache's decode step), copies K/V out to the query heads instead of passing `enable_gqa`. Fails when a
+    transformers release stops doing so; then the estimate should stop charging it."""
+    import torch
+    from transformers.integrations import sdpa_attention
+
+    reps = []
+    real = sdpa_attention.repeat_kv
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", lambda x, n: (reps.append(n), real(x, n))[1])
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal = 4, True
+    q, k, v = torch.randn(1, 4, 1, 8), torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8)
+    mask = torch.ones(1, 1, 1, 6, dtype=torch.bool)
+    torch._dynamo.reset()
+    out, _ = torch.compile(lambda *a: sdpa_attention.sdpa_attention_forward(module, *a, dropout=0.0, scaling=None),
+                           backend="eager")(q, k, v, mask)
+    assert out.shape == (1, 1, 4, 8) and reps and set(reps) == {4}, reps
+
+
 def test_production_decode_prefills_in_the_chunks_it_is_given_and_decodes_the_same(capsys):
     """`prefill_chunk` reaches transformers' chunked prefill (compiled, as on the GPU, with the eager backend): the
     prompt's forwards are the chunk's length, the point records it, the step is still one graph, and the tokens are

@@ -241,11 +241,17 @@ def check_kernel(spec: Any, asked: bool) -> None:
                          "allow loading it")
 
 
-def model_point_bytes(config: Any, dtype: str, device: str, batch: int, seq: int, *, prefill: bool = True) -> int:
+def model_point_bytes(config: Any, dtype: str, device: str, batch: int, seq: int, *, prefill: bool = True,
+                      repeated_kv: bool = False) -> int:
     """Bytes a forward of `batch` x `seq` tokens holds at its peak, roughly: weights + K and V of every layer + the fp32
     logits of the last position (the prefill keeps one per row, `logits_to_keep=1`, as `generate` does) + (a prefill
     on the CPU) eager's one-layer score matrix, where a too-large allocation swaps instead of raising. (Logits for
-    every position refused llama-1b decode at 64 x 8k on a 140 GiB H200 as needing 270 GiB.)"""
+    every position refused llama-1b decode at 64 x 8k on a 140 GiB H200 as needing 270 GiB.)
+
+    `repeated_kv`: the attention copies one layer's K and V out to the query heads (`serving.loops.repeats_kv`:
+    transformers' sdpa and eager functions on the static cache). For llama-1b at 64 x 32k that is 2 x 8.01 GiB beside
+    the 64 GiB cache: SDPA ran out of memory asking for the first 8.01 GiB on an 80 GB H100 (session 17), where the
+    kernel, which reads the 8 KV heads in place, ran."""
     elt = BYTES.get(dtype, 4)
     heads = int(getattr(config, "num_attention_heads", 1) or 1)
     kv = int(getattr(config, "num_key_value_heads", None) or heads)
@@ -254,7 +260,8 @@ def model_point_bytes(config: Any, dtype: str, device: str, batch: int, seq: int
     vocab = int(getattr(config, "vocab_size", 0) or 0)
     per_token = 2 * layers * kv * head_dim * elt
     scores = batch * heads * seq * seq * max(elt, 4) if prefill and not device.startswith("cuda") else 0
-    return model_parameters(config) * elt + batch * seq * per_token + batch * vocab * 4 + scores
+    repeated = 2 * batch * heads * seq * head_dim * elt if repeated_kv and heads > kv else 0
+    return model_parameters(config) * elt + batch * seq * per_token + batch * vocab * 4 + scores + repeated
 
 
 def prefill_chunk(config: Any, dtype: str, device: str, batch: int, context: int, new_tokens: int, *,
@@ -289,9 +296,10 @@ def check_model_batch_fits(config: Any, dtype: str, device: str, name: str, batc
                f"{name} on {batch}x{seq} tokens (weights, KV cache and logits)", hint)
 
 
-def model_point_misfit(config: Any, dtype: str, device: str, batch: int, seq: int, *, prefill: bool = True) -> str | None:
+def model_point_misfit(config: Any, dtype: str, device: str, batch: int, seq: int, *, prefill: bool = True,
+                       repeated_kv: bool = False) -> str | None:
     """Why one serve point cannot fit on `device` ("needs N GiB, the device has M GiB of ..."), or None when it may."""
-    return misfit(model_point_bytes(config, dtype, device, batch, seq, prefill=prefill), device)
+    return misfit(model_point_bytes(config, dtype, device, batch, seq, prefill=prefill, repeated_kv=repeated_kv), device)
 
 
 def check_serve_fits(plan: dict, device: str) -> None:

@@ -236,5 +236,14 @@ def on_masked_path(impl, model, device: str):
     return attention._pinned(impl.name[5:], device, w)
 
 
+def repeats_kv(impl, loop: str) -> bool:
+    """Whether `impl`'s attention copies each layer's K and V out to the query heads (a GQA model's cache, times
+    heads / kv_heads, live for one layer at a time), as `validate.model_point_bytes` counts it: transformers' eager
+    always; its sdpa wherever SDPA is given a mask under compile (`use_gqa_in_sdpa`: no `enable_gqa` with a mask on
+    CUDA), which the production loop's static cache always does. The kernel and the other variants read the KV heads
+    in place (`tests/test_serve_loops.py` checks transformers still repeats)."""
+    return impl.attn_implementation == "eager" or (loop == "production" and impl.attn_implementation == "sdpa")
+
+
 def _dtype_name(model) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(model.dtype, "fp32")

@@ -176,7 +176,7 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
     """One prefill or decode measurement through `run.attempt`: a failure is a row with its status and reason."""
     from attnprof.models.features import refusal_on_forward, switch
     from attnprof.run import attempt
-    from attnprof.serving.loops import measure_static_decode, on_masked_path, unavailable
+    from attnprof.serving.loops import measure_static_decode, on_masked_path, repeats_kv, unavailable
     from attnprof.serving.throughput import Point, measure_decode, measure_prefill
 
     if loop == "production":  # the static cache always passes SDPA a mask: K/V repeated, no GQA
@@ -189,10 +189,14 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
     from attnprof.validate import model_point_misfit, prefill_chunk
 
     seq = context + (plan["new_tokens"] if mode == "decode" else 0)
-    misfit = model_point_misfit(model.config, plan["dtype"], device, batch, seq, prefill=mode == "prefill")
+    repeated = repeats_kv(impl, loop)
+    misfit = model_point_misfit(model.config, plan["dtype"], device, batch, seq, prefill=mode == "prefill",
+                                repeated_kv=repeated)
     if misfit:  # a grid's cell past the device's memory: said, not attempted (the smallest cell fits: plan check)
+        held = "weights, KV cache, logits and one layer's K/V repeated to the query heads" if repeated else \
+            "weights, KV cache and logits"
         return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="oom", loop=loop,
-                     reason=f"not run: {mode} on {batch}x{seq} tokens (weights, KV cache and logits) {misfit}")
+                     reason=f"not run: {mode} on {batch}x{seq} tokens ({held}) {misfit}")
 
     def measure():
         refused = switch(model, impl.attn_implementation)  # the model class refusing it: transformers' words
