@@ -4,6 +4,8 @@
 # (validate.prefill_chunk: 2,048 and 1,024 tokens there), beside 64 x 8k (one-shot, as it ran then) for a baseline.
 # 6 rows (128 x 32k is refused up front), ~25 s of compile each; then, until DEADLINE, scripts/gpu/s16a.sh's work.
 #   DEADLINE=$(( $(date +%s) + 520 )) EACH_TIMEOUT=540 bash scripts/gpu/run_all.sh s17a
+# Not run: in session 17 the machine lent was busy, and s17b.sh plus one `serve` call measured these cells
+# (docs/results/session17/).
 set -u
 dest="${OUT:-/tmp/out}/s17a"; mkdir -p "$dest"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

@@ -3,6 +3,8 @@
 # of 140) and would be prefilled in 256-token chunks for minutes per row, so the grid is split in two `serve` runs
 # that leave it out: 64,128 x 8k (one-shot prefill fits there), then 64 x 32k (chunked, 1,024 tokens). Then s16a.sh.
 #   DEADLINE=$(( $(date +%s) + 530 )) EACH_TIMEOUT=550 bash scripts/gpu/run_all.sh s17b
+# Session 17 ran it on an H100 (asked for an H200); its 64 x 32k part was cut by the deadline and ran as a call of
+# its own (docs/results/session17/).
 set -u
 dest="${OUT:-/tmp/out}/s17b"; mkdir -p "$dest"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
