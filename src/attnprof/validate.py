@@ -249,7 +249,7 @@ def model_point_bytes(config: Any, dtype: str, device: str, batch: int, seq: int
     every position refused llama-1b decode at 64 x 8k on a 140 GiB H200 as needing 270 GiB.)
 
     `repeated_kv`: the attention copies one layer's K and V out to the query heads (`serving.loops.repeats_kv`:
-    transformers' sdpa and eager functions on the static cache). For llama-1b at 64 x 32k that is 2 x 8.01 GiB beside
+    transformers' eager function, and its sdpa function on the static cache). For llama-1b at 64 x 32k that is 2 x 8.01 GiB beside
     the 64 GiB cache: SDPA ran out of memory asking for the first 8.01 GiB on an 80 GB H100 (session 17), where the
     kernel, which reads the 8 KV heads in place, ran."""
     elt = BYTES.get(dtype, 4)
@@ -290,16 +290,24 @@ def prefill_chunk(config: Any, dtype: str, device: str, batch: int, context: int
     return chunk if chunk < context else None
 
 
+def _point_parts(repeated_kv: bool) -> str:
+    """What `model_point_bytes` counted, as its messages say it."""
+    return "(weights, KV cache, logits and one layer's K/V repeated to the query heads)" if repeated_kv else \
+        "(weights, KV cache and logits)"
+
+
 def check_model_batch_fits(config: Any, dtype: str, device: str, name: str, batch: int, seq: int, hint: str, *,
                            prefill: bool = True) -> None:
     check_fits(model_point_bytes(config, dtype, device, batch, seq, prefill=prefill), device,
-               f"{name} on {batch}x{seq} tokens (weights, KV cache and logits)", hint)
+               f"{name} on {batch}x{seq} tokens {_point_parts(False)}", hint)
 
 
 def model_point_misfit(config: Any, dtype: str, device: str, batch: int, seq: int, *, prefill: bool = True,
                        repeated_kv: bool = False) -> str | None:
-    """Why one serve point cannot fit on `device` ("needs N GiB, the device has M GiB of ..."), or None when it may."""
-    return misfit(model_point_bytes(config, dtype, device, batch, seq, prefill=prefill, repeated_kv=repeated_kv), device)
+    """Why one serve point cannot fit on `device` ("(what was counted) needs N GiB, the device has M GiB of ..."), or
+    None when it may."""
+    why = misfit(model_point_bytes(config, dtype, device, batch, seq, prefill=prefill, repeated_kv=repeated_kv), device)
+    return f"{_point_parts(repeated_kv)} {why}" if why else None
 
 
 def check_serve_fits(plan: dict, device: str) -> None:

@@ -189,14 +189,11 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
     from attnprof.validate import model_point_misfit, prefill_chunk
 
     seq = context + (plan["new_tokens"] if mode == "decode" else 0)
-    repeated = repeats_kv(impl, loop)
     misfit = model_point_misfit(model.config, plan["dtype"], device, batch, seq, prefill=mode == "prefill",
-                                repeated_kv=repeated)
+                                repeated_kv=repeats_kv(impl, loop))
     if misfit:  # a grid's cell past the device's memory: said, not attempted (the smallest cell fits: plan check)
-        held = "weights, KV cache, logits and one layer's K/V repeated to the query heads" if repeated else \
-            "weights, KV cache and logits"
         return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="oom", loop=loop,
-                     reason=f"not run: {mode} on {batch}x{seq} tokens ({held}) {misfit}")
+                     reason=f"not run: {mode} on {batch}x{seq} tokens {misfit}")
 
     def measure():
         refused = switch(model, impl.attn_implementation)  # the model class refusing it: transformers' words
