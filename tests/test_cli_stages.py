@@ -155,16 +155,19 @@ def test_third_party_kernels_are_rejected_rows_on_the_cpu_and_naive_compiled_run
     """sageattention/flash-attn/flashinfer/xformers need CUDA: rejected rows with the reason (and the pip command
     where the package is missing); a module:function@convention spec is one too; naive-compiled runs under
     inductor (one tiny compile) and agrees with fp64."""
-    code, err, out = _stages(capsys, "--variants", "sageattention,flash-attn,flashinfer,xformers,"
+    code, err, out = _stages(capsys, "--variants", "sageattention,flash-attn,flash-attn-4,flashinfer,xformers,"
                              "flash_attn:flash_attn_func@flash-attn", "--compile", "--out", str(tmp_path / "r"))
     assert code == 0, err
     stages = {s["variant"]: s for s in json.loads((tmp_path / "r" / "results.json").read_text())["stages"]}
-    for name in ("sageattention", "flash-attn", "flashinfer", "xformers", "flash_attn:flash_attn_func@flash-attn"):
+    for name in ("sageattention", "flash-attn", "flash-attn-4", "flashinfer", "xformers",
+                 "flash_attn:flash_attn_func@flash-attn"):
         assert stages[name]["status"] == "rejected" and "CUDA only" in stages[name]["reason"], stages[name]
     import importlib.util
 
     if importlib.util.find_spec("xformers") is None:
         assert "pip install xformers" in stages["xformers"]["reason"]
+    if importlib.util.find_spec("flash_attn") is None:
+        assert "pip install flash-attn-4" in stages["flash-attn-4"]["reason"]
     compiled = stages["naive-compiled"]
     assert compiled["status"] == "ok" and compiled["backend"] == "inductor" and compiled["max_rel_err"] < 1e-5
 

@@ -105,6 +105,11 @@ def _fake_flash_attn_func(q, k, v, softmax_scale=None, causal=False):  # [B, S, 
     return _sdpa_bshd(q, k, v, causal, softmax_scale)
 
 
+def _fake_fa4_func(q, k, v, softmax_scale=None, causal=False):  # [B, S, H, D] → (out, lse), as flash_attn.cute
+    out = _sdpa_bshd(q, k, v, causal, softmax_scale)
+    return out, torch.zeros(out.shape[:3], dtype=torch.float32)
+
+
 def _fake_sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None):
     assert tensor_layout == "HND"
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=sm_scale,
@@ -122,6 +127,7 @@ def _fake_memory_efficient_attention(q, k, v, attn_bias=None, scale=None):  # BM
 
 @pytest.mark.parametrize("convention, fn, causal", [
     ("flash-attn", _fake_flash_attn_func, True),
+    ("flash-attn", _fake_fa4_func, True),
     ("sageattention", _fake_sageattn, True),
     ("flashinfer", _fake_single_prefill, True),
     ("xformers", _fake_memory_efficient_attention, False),
@@ -134,3 +140,12 @@ def test_each_convention_hands_the_library_its_layout_and_returns_bhsd(conventio
     out = CONVENTIONS[convention].call(fn, inputs)
     assert out.shape == inputs.q.shape
     assert rel_err(out, reference_attention(inputs)) < 1e-5
+
+
+def test_flash_attn_4_refuses_head_dims_outside_its_envelope_before_it_runs():
+    """FA4 asserts on head dims past 256 or not a multiple of 8 mid-call; attnprof says so as a reason up front."""
+    from attnprof.variants.adapters import LIBRARIES
+
+    limits = LIBRARIES["flash-attn-4"].limits
+    assert "head dim 512 is outside its 8–256" in limits(Workload(head_dim=512, device="cuda"))
+    assert "head dim 100 is outside" in limits(Workload(head_dim=100, device="cuda"))

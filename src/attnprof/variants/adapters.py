@@ -3,7 +3,8 @@
 Conventions (our inputs are q `[B, Hq, Sq, D]`, k/v `[B, Hkv, Sk, D]`; outputs go back to `[B, Hq, Sq, D]`):
 
 - `flash-attn`: `fn(q, k, v, softmax_scale=, causal=)` on `[B, S, H, D]` (flash_attn.flash_attn_func; also what
-  every `kernels` hub flash repo exposes). GQA native.
+  every `kernels` hub flash repo exposes, and FlashAttention-4's `flash_attn.cute.flash_attn_func`, which returns
+  `(out, lse)`). GQA native.
 - `sageattention`: `sageattn(q, k, v, tensor_layout="HND", is_causal=, sm_scale=)` on `[B, H, S, D]`.
 - `flashinfer`: `single_prefill_with_kv_cache(q, k, v, causal=, sm_scale=)`, NHD `[S, H, D]`, one sequence per
   call (the batch is a loop of calls). GQA native.
@@ -81,16 +82,32 @@ CONVENTIONS: dict[str, Convention] = {
 
 @dataclass(frozen=True)
 class Library:
-    """A named third-party kernel: where its function lives, its convention, its pip name."""
+    """A named third-party kernel: where its function lives, its convention, its pip name, and the envelope the
+    library itself enforces (`limits(workload)` → the reason it would refuse, or None), checked before it runs."""
 
     module: str
     function: str
     convention: str
     pip: str
+    limits: Callable[[Workload], str | None] | None = None
+
+
+def _fa4_limits(workload: Workload) -> str | None:
+    """FlashAttention-4's own checks (flash_attn/cute/interface.py): head dims 8–256 in steps of 8 on sm90, compute
+    capability 8.x–12.x; asked before the call so a refusal is a reason, not an AssertionError mid-run."""
+    d = workload.head_dim
+    if not 8 <= d <= 256 or d % 8:
+        return f"flash-attn-4: head dim {d} is outside its 8–256 in steps of 8"
+    major, minor = torch.cuda.get_device_capability(torch.device(workload.device))
+    if major < 8:
+        return f"flash-attn-4: needs compute capability 8.0 or newer; this GPU is {major}.{minor}"
+    return None
 
 
 LIBRARIES: dict[str, Library] = {
     "flash-attn": Library("flash_attn", "flash_attn_func", "flash-attn", "flash-attn"),
+    # FlashAttention-4 (CuTe DSL; sm80–sm120, its fastest forward on sm90/sm100)
+    "flash-attn-4": Library("flash_attn.cute", "flash_attn_func", "flash-attn", "flash-attn-4", _fa4_limits),
     "sageattention": Library("sageattention", "sageattn", "sageattention", "sageattention"),
     "flashinfer": Library("flashinfer", "single_prefill_with_kv_cache", "flashinfer", "flashinfer-python"),
     "xformers": Library("xformers.ops", "memory_efficient_attention", "xformers", "xformers"),
@@ -122,6 +139,10 @@ def adapter_variant(name: str, lib: Library) -> Variant:
             return f"{top} is not installed: pip install {lib.pip}"
         try:
             module = importlib.import_module(lib.module)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and lib.module.startswith(exc.name):  # the package shares a top with another
+                return f"{lib.module} is not installed: pip install {lib.pip}"
+            return f"{lib.module} does not import here: ModuleNotFoundError: {str(exc)[:160]}"
         except Exception as exc:  # noqa: BLE001 — an import that fails for any reason is a rejected row
             return f"{lib.module} does not import here: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
         fn = module
@@ -150,7 +171,8 @@ def adapter_variant(name: str, lib: Library) -> Variant:
         if workload.causal and conv.causal_top_left and workload.seq != workload.kv_seq:
             return Rejected(f"{name}: its causal mask is aligned top-left; Sq {workload.seq} != Sk "
                             f"{workload.kv_seq} would differ from the bottom-right reference")
-        return Accepted()
+        refused = lib.limits(workload) if lib.limits is not None else None
+        return Rejected(refused) if refused else Accepted()
 
     def run(inputs: Inputs) -> torch.Tensor:
         fn = load()
