@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU evidence for issue 18 part A (status + verdicts) on one H200:
 #   1. verify's kernel level, flex + sdpa, bf16+fp16, default cases (seed 20261202): torch.compile(flex_attention,
-#      dynamic=False) recompiles per shape and hits dynamo's recompile limit (8) part-way (it did in
-#      docs/results/h200-refactor/verify-half.log); the rows after it must be named `flex (unfused)` with dynamo's
+#      dynamic=False) recompiles per shape and hits dynamo's recompile limit (8) part-way (it did at git 045c18c,
+#      in that tree's docs/results/h200-refactor/verify-half.log); the rows after it must be named `flex (unfused)` with dynamo's
 #      warning in their reason, never plain `flex`.
 #   2. verify's model level on tiny-llama (eager, sdpa, flex_attention; fp32+bf16): flex compiles with Triton here, so
 #      it must pass or fail on its numbers, and is named `flex_attention (unfused)` if generate's growing KV length
