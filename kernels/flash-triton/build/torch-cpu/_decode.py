@@ -259,8 +259,8 @@ def _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M: t
     loads, independent of each other) and, with `PREFETCH`, the next four while merging these: ~n/4 round trips
     instead of ~n; the default, four without the prefetch, ran batch 1 at 8k 19.6 -> 18.1 µs on an H100 (TUNING.md
     step 19: the split merge alone took 6.1 µs of 15 in the profile). (Four splits per step as one [4, BLOCK_M, D]
-    load, tried on the H200, ran 2-3x slower than this loop: `scripts/gpu/decode30a.sh`; the loop through Triton's
-    pipeliner, 1-2 more splits in flight, was no faster: TUNING.md step 17.)"""
+    load runs 2-3x slower than this loop on the H200: TUNING.md step 15; the loop through Triton's pipeliner, 1-2
+    more splits in flight, is no faster: TUNING.md step 17.)"""
     offs_d = tl.arange(0, HEAD_DIM)
     rows = offs_m % BLOCK_M
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")

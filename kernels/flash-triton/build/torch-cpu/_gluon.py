@@ -359,8 +359,8 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
                           SINKS: gl.constexpr = False):
     """grid = (Sq / BLOCK_M, B * H); BLOCK_M = 128 (two consumer warpgroups of 64 rows), num_warps = 4 (the default
     partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows.
-    `HEADS_IN_ROWS`: as in `attention_fwd_sm90`. `JOINT_RELEASE`: a K/V stage is released once, after P·V (the
-    schedule before TUNING.md step 13, kept to measure against). `SINKS`: attention sinks (Sinks `[H]`, any float
+    `HEADS_IN_ROWS`: as in `attention_fwd_sm90`. `JOINT_RELEASE`: a K/V stage is released once, after P·V (kept to
+    measure against; TUNING.md step 13). `SINKS`: attention sinks (Sinks `[H]`, any float
     dtype; None without), the one model feature this program computes (`_features.py`)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     m0, q_row, kv_row, q_col, kv_col = _program_tile(H, GROUPS, SQ, SK, HEAD_DIM, BLOCK_M, CAUSAL, HEADS_IN_ROWS)

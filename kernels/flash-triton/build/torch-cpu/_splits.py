@@ -39,11 +39,11 @@ class DecodeConfig:
     num_splits: int = 0  # 0: the heuristic below; n > 0: n splits (capped at the number of key blocks)
     max_block_m: int = 64  # the GQA group's query rows per M tile (Sq x Hq/Hkv rows, padded to >= 16)
     # CTA slots per SM the split heuristic fills. FlashAttention-2 counts 2; on the H200 1 (half the splits, twice
-    # as long: less to merge, longer K/V streams) was faster at batch 1-4 and equal above (decode30b.sh)
+    # as long: less to merge, longer K/V streams) is faster at batch 1-4 and equal above (TUNING.md step 15)
     ctas_per_sm: int = 1
     # The merge: `merge_group` splits' partials loaded per L2 round trip (1 or 4), and with `prefetch_merge` the next
     # group loaded while this one merges (`_decode._reduce_splits`). Four, no prefetch: batch 1 at 8k 19.6 -> 18.1 µs
-    # against cuDNN's 18.6 on an H100 (TUNING.md step 19, session 12); one with prefetch was the default before.
+    # against cuDNN's 18.6 on an H100, where one partial per trip with prefetch took 19.6 (TUNING.md step 19).
     prefetch_merge: bool = False
     merge_group: int = 4
 
@@ -53,9 +53,9 @@ class DecodeConfig:
 
     def for_head_dim(self, d: int, page: int = 0) -> DecodeConfig:
         """This config with block_n decided: 128-key tiles up to head dim 128 (three stages of K and V: 192 KiB of
-        shared memory; 8-16 % faster than 64 at batch 1-64 on the H200, decode30b.sh), 64 above (256: the same), and
-        64 over pages of fewer than 128 keys (a tile spanning pages loads one block-table entry per row: 128-key tiles
-        over 64-key pages ran 11-25 % slower than dense, decode30c.sh; 64 over 64 was within 0-7 % in step 8)."""
+        shared memory; 8-16 % faster than 64 at batch 1-64 on the H200), 64 above (256: the same), and 64 over pages
+        of fewer than 128 keys (a tile spanning pages loads one block-table entry per row: 128-key tiles over 64-key
+        pages run 11-25 % slower than dense, 64 over 64 within 0-7 %; TUNING.md steps 8 and 15)."""
         if self.block_n:
             return self
         return dataclasses.replace(self, block_n=128 if d <= 128 and not 0 < page < 128 else 64)

@@ -18,9 +18,9 @@ dense calls). An explicit config naming another Gluon program with a feature is 
 
 Where a call with a feature goes by default: the program the plain call would take when that is the Triton or the
 decode program; where the plain call takes a Gluon program, the varlen Gluon program (`GLUON_BY_DEFAULT`), faster
-than the Triton program with every feature on the GPU (session 10, `scripts/gpu/features31.sh`: its features match
-the fp64 oracle at head dims 64/128/256; softcap 598 µs against the Triton program's 875 at 2x4096, head dim 128;
-`docs/results/session10/`); FLASH_TRITON_GLUON_FEATURES=0 keeps them on the Triton program. An explicit Gluon
+than the Triton program with every feature on the GPU (its features match the fp64 oracle at head dims 64/128/256;
+softcap 598 µs against the Triton program's 875 at 2x4096, head dim 128, on an H100; TUNING.md step 18,
+`docs/results/kernel-features/`); FLASH_TRITON_GLUON_FEATURES=0 keeps them on the Triton program. An explicit Gluon
 varlen config takes it either way. Before any of that, `effective` drops a window side that keeps every key (a
 prompt shorter than the window): such a call is plain attention and runs as one.
 """

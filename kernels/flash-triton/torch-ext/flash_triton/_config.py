@@ -43,8 +43,8 @@ class Config:
     persistent: bool = False  # that form with one CTA per SM walking the tiles (the producer runs into the next tile)
     varlen: bool = False  # a dense call through that form's varlen program (`_gluon_varlen.py`): any lengths, the
     # sequence ends masked (the dense Gluon programs need lengths that are multiples of the tile)
-    joint_release: bool = False  # that form's schedule before TUNING.md step 13: a K/V stage refilled only after
-    # both its K and V were used (now K is released after QKᵀ, V after P·V); kept to measure against
+    joint_release: bool = False  # a K/V stage refilled only after both its K and V were used (the default releases
+    # K after QKᵀ, V after P·V); kept to measure against (TUNING.md step 13)
     cap_bound: bool = True  # the varlen form soft-caps without a running max (`_features.CAP_BOUND_MAX`, step 19);
     # False: the online softmax as for plain calls, kept to measure against
     p_pack_alu: bool = False  # the varlen form rounds P to bf16 on the integer pipe instead of F2FP (bf16 only;
@@ -84,7 +84,7 @@ def p_pack_problem(cfg: Config, dtype: torch.dtype, packed: bool = False) -> str
 
 # Chosen on the H200 (see TUNING.md): head dim -> config. TMA needs compute capability 9.0+. 80 and 96 run padded to
 # 128 columns with masked pointer loads (a TMA box must be a power of two wide); 256 takes 128x64 tiles on 8 warps
-# (TUNING.md step 10: 478-499 TF/s on the H200, 3.2x the first 64x32 guess).
+# (TUNING.md step 10: 478-499 TF/s on the H200, 3.2x 64x32 tiles).
 _TUNED = {
     64: Config(block_m=64, block_n=128, num_warps=4, num_stages=2, use_tma=True),
     80: Config(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=False),

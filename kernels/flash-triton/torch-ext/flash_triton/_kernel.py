@@ -67,8 +67,8 @@ def _load_kv(desc, base, row0, col, start_n, stride_s, limit,
 @triton.jit
 def _tanh(x):
     """tanh from exp2 (no libdevice call, so the interpreter runs it too): sign(x) (1 - e^-2|x|) / (1 + e^-2|x|).
-    `tanh.approx.f32` (one SFU op, as the Gluon program uses) was tried for the compiled programs in session 10: the
-    decode program at batch 1 ran 1.9x slower with it (`docs/results/session10/`), so both keep this form."""
+    With `tanh.approx.f32` (one SFU op, as the Gluon program uses) the compiled decode program at batch 1 runs 1.9x
+    slower on the GPU (`docs/results/kernel-features/`), so both Triton programs keep this form."""
     e = tl.math.exp2(tl.abs(x) * -2.8853900817779268)  # e^(-2|x|) = 2^(-2 log2(e) |x|)
     t = (1.0 - e) / (1.0 + e)
     return tl.where(x < 0, -t, t)
