@@ -1,4 +1,4 @@
-"""Planted faults for the Ray tests and scripts/gpu/ray.sh: user variants (`ray_faults:NAME`) whose process dies.
+"""Planted faults for the Ray tests and docs/results/ray/reproduce.sh: user variants (`ray_faults:NAME`) whose process dies.
 
 They take the public user-variant signature `(q, k, v, *, causal, scale)` in `[B, H, S, D]` and compute SDPA when
 they do not die. State that must outlive a killed process (which attempt came first, which cells ran) lives in

@@ -93,7 +93,7 @@ def test_trace_without_steps_is_one_step(tmp_path, capsys):
 H200 = sorted(DATA.glob("h200-*.trace.json.gz"))
 
 
-@pytest.mark.skipif(not H200, reason="no H200 traces under tests/data yet (scripts/gpu/audit.sh records them)")
+@pytest.mark.skipif(not H200, reason="no H200 traces under tests/data yet (scripts/gpu/traces.sh records them)")
 @pytest.mark.parametrize("path", H200, ids=lambda p: p.name)
 def test_real_h200_traces(path, capsys):
     out = run_json(capsys, path)
