@@ -126,8 +126,8 @@ def check_model_fields(fields: dict[str, Any], where: str) -> None:
 
 def check_kernel(spec: Any, asked: bool) -> None:
     """A `--kernel` the user gave that cannot be loaded for a reason of its own (a folder that is not a kernel repo, a
-    broken metadata.json, a Hub name without --trust-remote-kernel) is a UsageError now, before any device check
-    could hide it behind "no CUDA device". The default repo and load failures of the system are rows, as before."""
+    broken metadata.json, a Hub name without --trust-remote-kernel) is a UsageError up front, before any device check
+    could hide it behind "no CUDA device". The default repo and load failures of the system are rows."""
     if not asked or spec is None:
         return
     from attnprof.variants import kernel_hub
