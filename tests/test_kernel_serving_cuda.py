@@ -226,11 +226,11 @@ def test_continuous_batching_takes_the_decode_fast_path_on_our_kernel():
     for decode-only batches; greedy tokens as the fp64 model picks them."""
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
-    from attnprof.serving import hub_kernel
+    from attnprof.serving import flash_registration
 
     module = kernel_hub.load()
     calls: dict = {}
-    originals = {name: getattr(module, name) for name in hub_kernel.ENTRY_POINTS}
+    originals = {name: getattr(module, name) for name in flash_registration.ENTRY_POINTS}
     try:
         for name, fn in originals.items():
             setattr(module, name, counting(fn, calls, name))
@@ -243,7 +243,7 @@ def test_continuous_batching_takes_the_decode_fast_path_on_our_kernel():
             return counted_varlen(q, k, v, *args, **kwargs)
 
         module.flash_attn_varlen_func = varlen
-        hub = hub_kernel.hub_attention()
+        hub = flash_registration.hub_attention()
         assert hub.rejected is None and hub.decode_fast_path, hub
         ours = tiny_llama(torch.float16, hub.dense).cuda()
         ref = tiny_llama(torch.float64, "eager", ours).cuda()

@@ -1,6 +1,6 @@
 """Our kernel inside a real transformers model (tiny Llama from a config, fp16, CPU through Triton's interpreter).
 
-`attnprof.serving.hub_kernel.hub_attention()` registers the kernel repo (loaded with `kernels`) under transformers'
+`attnprof.serving.flash_registration.hub_attention()` registers the kernel repo (loaded with `kernels`) under transformers'
 own flash wrappers. The child (this file run with TRITON_INTERPRET=1) checks, against the same model in fp64 eager:
   - a dense forward and a left-padded one (padding goes through `flash_attn_varlen_func`): logits within twice
     the error of eager fp16;
@@ -27,17 +27,17 @@ def _child() -> dict:
     import torch
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
-    from attnprof.serving import hub_kernel
+    from attnprof.serving import flash_registration
     from attnprof.variants import kernel_hub
     from tiny_models import counting, greedy_mismatches, tiny_llama
 
     module = kernel_hub.load()
     calls: dict = {}
-    for name in hub_kernel.ENTRY_POINTS:  # before registration: transformers keeps these function objects
+    for name in flash_registration.ENTRY_POINTS:  # before registration: transformers keeps these function objects
         setattr(module, name, counting(getattr(module, name), calls, name))
-    ha = hub_kernel.hub_attention()
+    ha = flash_registration.hub_attention()
     out: dict = {"interpreted": bool(module.INTERPRETED), "hub": {"dense": ha.dense, "paged": ha.paged,
-                 "rejected": ha.rejected, "fast": ha.decode_fast_path}, "route": hub_kernel.kernels_route_problem()}
+                 "rejected": ha.rejected, "fast": ha.decode_fast_path}, "route": flash_registration.kernels_route_problem()}
     ours = tiny_llama(torch.float16, ha.dense)
     eager = tiny_llama(torch.float16, "eager", ours)
     ref = tiny_llama(torch.float64, "eager", ours)
@@ -93,7 +93,7 @@ def _child() -> dict:
                      "mismatches": [greedy_mismatches(ref, p, t) for p, t in zip(prompts, rows)]}
 
     # the prompt prefilled in chunks of 3 (7 = 3 + 3 + 1), as `serve` does when a batch's one-shot prefill would not
-    # fit (`validate.prefill_chunk`): the second and third chunks' queries attend to the cache the earlier ones wrote
+    # fit (`memory_fit.prefill_chunk`): the second and third chunks' queries attend to the cache the earlier ones wrote
     calls.clear()
     with torch.no_grad():
         got = static.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0,

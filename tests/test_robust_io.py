@@ -84,9 +84,9 @@ def test_stages_too_large_for_the_device_is_exit_2(tmp_path, capsys, monkeypatch
 
 
 def test_naive_score_matrix_beyond_ram_names_the_variants(capsys, monkeypatch):
-    from attnprof import validate
+    from attnprof import memory_fit
 
-    monkeypatch.setattr(validate, "device_memory", lambda device: (64 * 1024**2, "available RAM"))  # 64 MiB
+    monkeypatch.setattr(memory_fit, "device_memory", lambda device: (64 * 1024**2, "available RAM"))  # 64 MiB
     line = one_line_exit_2(capsys, ["stages", "--device", "cpu", "--batch", "1", "--heads", "2", "--seq", "4096",
                                     "--head-dim", "8", "--variants", "naive,sdpa"], "naive", "score matrix")
     assert "sdpa" not in line.split("needs")[0]

@@ -10,6 +10,7 @@ import pytest
 from attnprof.cli import main
 from attnprof.models import build_model
 from attnprof.serving.loops import measure_static_decode, parse_loops, unavailable
+from test_serve_json_line import missing_metrics
 
 TINY = ["serve", "--device", "cpu", "--model", "tiny-llama", "--json"]
 
@@ -43,6 +44,8 @@ def test_both_loops_are_named_and_production_says_why_on_cpu(capsys, tmp_path):
     assert len(rows) == 4 and all(r["loop"] == "production" and r["status"] == "rejected" for r in rows)
     assert all("no CUDA graphs on cpu" in r["reason"] for r in rows)
     assert prod["answer"] and last["production"]["decode"][0]["status"] == "rejected"
+    assert missing_metrics(data, last) == []  # the stdout line carries TPOT, goodput, ... as serve.json has them
+    assert last["continuous"][0]["metrics"]["latency"]["tpot_ms"]["p50"] > 0
     md = (tmp_path / "o" / "serve.md").read_text()
     assert "`vllm bench serve`'s metrics [as-shipped]" in md and "TTFT ≤ 1e+09 ms, TPOT ≤ 1e-09 ms" in md
     assert "[as-shipped]" in md and "[production]" in md and "Production loop:" in md
@@ -223,8 +226,8 @@ def test_a_decode_whose_one_shot_prefill_would_not_fit_is_prefilled_in_chunks():
     """Session 16's H100 grid (llama-1b bf16, 79.2 GiB): 128 x 8k and 64 x 32k ran out of memory asking for the
     MLP's 16 and 32 GiB in the prefill of the whole batch, while their KV caches (34 and 69 GB) fit; 64 x 8k and
     16 x 32k ran at once. The estimate keeps those as they ran and chunks the two that failed, with room to spare."""
+    from attnprof.memory_fit import prefill_chunk
     from attnprof.models import load_config
-    from attnprof.validate import prefill_chunk
 
     config = load_config("llama-1b")
     h100 = int(79.18 * 2**30)
@@ -244,10 +247,10 @@ def test_sdpa_on_the_static_cache_is_charged_its_repeated_kv_and_the_kernel_is_n
     """Session 17's H100 (79.18 GiB): at 64 x 32k SDPA ran out of memory asking for 8.01 GiB, one layer's K repeated
     from 8 to 32 heads beside the 64 GiB cache, while the kernel ran; 128 x 8k and 16 x 32k ran for both. The estimate
     now refuses that one cell for SDPA up front and keeps every cell that ran."""
+    from attnprof.memory_fit import gib, model_point_bytes
     from attnprof.models import load_config
     from attnprof.models.attention import AttentionImpl
     from attnprof.serving.loops import repeats_kv
-    from attnprof.validate import gib, model_point_bytes
 
     config = load_config("llama-1b")
     h100 = int(79.18 * 2**30)

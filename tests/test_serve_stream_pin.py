@@ -5,7 +5,7 @@ Three holds, none of which imports the generator by name (so they survive moving
 - a frozen copy of the algorithm as it was when these results were made (`_frozen_stream`: per request one
   log-normal prompt draw, one log-normal output draw, clipped to [1, max], then one exponential gap), itself pinned by
   hashes of its (arrival, prompt, output) tuples recorded from that code;
-- `serve`'s own flags through `serving.plan.make_plan` (what the command runs) against that copy, for the streams of
+- `serve`'s own flags through `commands.serve.settings` (what the command runs) against that copy, for the streams of
   scripts/gpu/serve.sh, serve_long.sh and the CPU defaults, two seeds each, and for a request file without arrivals;
 - the stream summary recorded in the committed GPU results, recomputed from the argv recorded beside it.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from attnprof.cli import build_parser
-from attnprof.serving.plan import make_plan, stream_json
+from attnprof.commands.serve import settings
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "h200-serve"
 
@@ -64,9 +64,9 @@ def _tuples(requests):
     return [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in requests]
 
 
-def _plan(argv, device):
+def _requests(argv, device):
     args = build_parser().parse_args(["serve", "--mode", "continuous", *argv])
-    return make_plan(args, device), args
+    return settings(args, device).stream.requests
 
 
 @pytest.mark.parametrize("name, seed", sorted(PINNED))
@@ -77,9 +77,9 @@ def test_the_frozen_copy_is_the_recorded_stream(name, seed):
 @pytest.mark.parametrize("name, seed", sorted(PINNED))
 def test_serve_draws_the_pinned_stream(name, seed):
     flags, device, frozen = STREAMS[name]
-    plan, _ = _plan([*flags, "--seed", str(seed)], device)
-    assert _tuples(plan["requests"]) == _frozen_stream(*frozen, seed)
-    assert _digest(_tuples(plan["requests"])) == PINNED[name, seed]
+    requests = _requests([*flags, "--seed", str(seed)], device)
+    assert _tuples(requests) == _frozen_stream(*frozen, seed)
+    assert _digest(_tuples(requests)) == PINNED[name, seed]
 
 
 def test_a_request_file_without_arrivals_draws_todays_arrivals(tmp_path):
@@ -87,9 +87,9 @@ def test_a_request_file_without_arrivals_draws_todays_arrivals(tmp_path):
     f = tmp_path / "reqs.jsonl"
     rows = [(5, 2), (9, 4), (3, 1), (12, 7)]
     f.write_text("".join(json.dumps({"prompt_tokens": p, "output_tokens": o}) + "\n" for p, o in rows))
-    plan, _ = _plan(["--request-file", str(f), "--rate", "2", "--seed", "5"], "cpu")
+    requests = _requests(["--request-file", str(f), "--rate", "2", "--seed", "5"], "cpu")
     arrivals = [a for a, _, _ in _frozen_stream(len(rows), 2.0, 1, 0, 1, 1, 0, 1, 5)]
-    assert _tuples(plan["requests"]) == [(a, p, o) for a, (p, o) in zip(arrivals, rows)]
+    assert _tuples(requests) == [(a, p, o) for a, (p, o) in zip(arrivals, rows)]
 
 
 @pytest.mark.parametrize("stem", ["h200-serve", "production-cb-avoid-recompile"])
@@ -97,7 +97,6 @@ def test_the_committed_gpu_results_stream_is_drawn_again(stem):
     """The argv recorded in a committed serve.json draws a stream with the summary recorded beside it."""
     data = json.loads((RESULTS / f"{stem}.json").read_text())
     args = build_parser().parse_args(data["provenance"]["argv"][1:])
-    plan = make_plan(args, "cuda")
     recorded = data["continuous"]["stream"]
-    now = stream_json(plan, args)
+    now = settings(args, "cuda").stream.to_json()
     assert {k: now[k] for k in recorded} == recorded

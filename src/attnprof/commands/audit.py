@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
         from attnprof.audit.model import audit_model
 
         dtype = dtype_name(args.dtype or ("bf16" if cuda else "fp32"))
+        from attnprof.memory_fit import check_model_batch_fits
         from attnprof.models import load_config
-        from attnprof.validate import check_model_batch_fits
 
         check_model_batch_fits(load_config(args.model), dtype, device, args.model, args.batch, args.seq or 64,
                                "reduce --batch or --seq")  # a bad config or a batch beyond the device: exit 2 now
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         dtypes = tuple(dtype_name(t) for t in args.dtypes.split(",")) if args.dtypes else None
         cells = grid(device, head_dims=_ints(args.head_dims, "--head-dims"), dtypes=dtypes, batch=args.batch,
                      heads=args.heads, seq=args.seq)
-        from attnprof.validate import check_workload_fits
+        from attnprof.memory_fit import check_workload_fits
 
         for cell in cells:  # "needs N GiB, the device has M" before a probe allocates
             check_workload_fits(cell.workload, scores_as="SDPA's math fallback")

@@ -92,7 +92,7 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
                       tokens=args.tokens)
     cells = grid.cells(device)
     if not on_ray:
-        from attnprof.validate import check_workload_fits
+        from attnprof.memory_fit import check_workload_fits
 
         for cell in cells:  # a cell that cannot fit is named before the sweep allocates anything
             check_workload_fits(cell.workload, [cell.variant])

@@ -74,6 +74,22 @@ def register(sub) -> None:
     p.set_defaults(handler=run)
 
 
+def settings(args: argparse.Namespace, device: str):
+    """The command line as one `serving.settings.ServeSettings`, every value checked (bad ones: UsageError)."""
+    from attnprof.serving.settings import make_settings
+
+    return make_settings(
+        device, mode=args.mode, model=args.model, loop=args.loop, dtype=args.dtype, seed=args.seed,
+        gpu_hour_price=args.gpu_hour_price, reps=args.reps, share=not args.no_share,
+        batch=args.batch, context=args.context, decode_batch=args.decode_batch, decode_context=args.decode_context,
+        new_tokens=args.new_tokens, requests=args.requests, rate=args.rate, prompt_median=args.prompt_median,
+        prompt_sigma=args.prompt_sigma, output_median=args.output_median, output_sigma=args.output_sigma,
+        max_prompt=args.max_prompt, max_output=args.max_output, request_file=args.request_file,
+        stream_timeout=args.stream_timeout, max_batch_tokens=args.max_batch_tokens, num_blocks=args.num_blocks,
+        warmup_requests=args.warmup_requests, sweep_concurrency=args.sweep_concurrency,
+        slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms)
+
+
 def run(args: argparse.Namespace) -> int:
     from attnprof.commands.common import emit_json, out_dir
     from attnprof.errors import CheckFailed
@@ -81,19 +97,15 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.provenance import provenance
     from attnprof.report import serve_report
     from attnprof.report.render import err, progress
-    from attnprof.serving.plan import make_plan
     from attnprof.serving.session import errors, serve, steps
+    from attnprof.serving.settings import check_memory
     from attnprof.serving.throughput import resolve_impls
     from attnprof.workload import resolve_device
 
     device = resolve_device(args.device)
-    plan = make_plan(args, device)
-    from attnprof.validate import check_model_fits, check_serve_fits
-
-    check_model_fits(plan["config"], plan["dtype"], device, plan["model"])  # before any weight is allocated
-    check_serve_fits(plan, device)  # the largest prefill and decode points, before the first is run
-    impls = resolve_impls(args.impls, device, config=plan["config"], dtype=plan["dtype"],
-                          context=max([*plan.get("context", []), *plan.get("decode_context", [])] or [1024]))
+    s = settings(args, device)
+    check_memory(s)  # the weights and the smallest prefill and decode points, before any weight is allocated
+    impls = resolve_impls(args.impls, device, config=s.config, dtype=s.dtype, context=s.longest_context())
     folder = out_dir(args, "serve", keep_partial=True)  # an interrupted run keeps serve.partial.json
     partial = folder / f"{args.stem}.partial.json"  # the rows so far, named as partial; removed when complete
 
@@ -102,11 +114,11 @@ def run(args: argparse.Namespace) -> int:
                              "command": "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])})
 
     with progress() as bar:
-        task = bar.add_task("serve", total=steps(plan, impls))
-        data = serve(plan, impls, device, args, note=lambda text: err.print(f"[dim]{text}[/dim]"),
+        task = bar.add_task("serve", total=steps(s, impls))
+        data = serve(s, impls, note=lambda text: err.print(f"[dim]{text}[/dim]"),
                      on_progress=lambda text, advance: bar.update(task, description=text, advance=int(advance)),
                      checkpoint=checkpoint)
-    data["provenance"] = provenance(device, seed=args.seed)
+    data["provenance"] = provenance(device, seed=s.seed)
     from attnprof.stderr import captured
 
     data["third_party_warnings"] = captured()  # what torch and transformers warned, instead of printed raw

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         from attnprof.variants import VARIANTS
 
         variants.append(VARIANTS["naive-compiled"])
-    from attnprof.validate import check_workload_fits
+    from attnprof.memory_fit import check_workload_fits
     from attnprof.variants.user import gqa_convention
 
     # up front: how k and v reach a user function when Hkv < Hq (its error repeats it if it fails on them)

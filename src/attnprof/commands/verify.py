@@ -104,8 +104,8 @@ def _run(args: argparse.Namespace, executor) -> int:
     if args.k <= 0:
         raise UsageError("--k must be positive")
     if args.model:
+        from attnprof.memory_fit import check_model_fits
         from attnprof.models import load_config
-        from attnprof.validate import check_model_fits
 
         config = load_config(args.model)  # an unknown preset or an impossible config fails now, before any work
         check_model_fits(config, "fp32", device, args.model)  # the fp32 eager reference is the largest copy
@@ -160,7 +160,7 @@ def _cases(args, device: str, dtype: str):
 
     if any(getattr(args, f) is not None for f in _WORKLOAD_FLAGS):
         workload, why = workload_from_args(argparse.Namespace(**{**vars(args), "dtype": dtype}))
-        from attnprof.validate import check_workload_fits
+        from attnprof.memory_fit import check_workload_fits
 
         check_workload_fits(workload)
         return [Case("given", workload, why)]

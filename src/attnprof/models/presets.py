@@ -12,7 +12,8 @@ from typing import Any
 
 from attnprof.errors import UsageError, first_line
 from attnprof.files import read_json
-from attnprof.validate import check_model_fields, check_model_fits
+from attnprof.memory_fit import check_model_fits
+from attnprof.validate import check_model_fields
 
 # name → (architecture, config fields). Llama-3-like shapes; the tiny ones run in seconds on a CPU.
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {

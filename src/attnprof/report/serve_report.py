@@ -174,7 +174,7 @@ def markdown(data: dict) -> str:
 
 
 def chunked_prefill(rows: list[dict]) -> str | None:
-    """The sentence naming the decode rows whose prompt was prefilled in chunks (`validate.prefill_chunk`), or None:
+    """The sentence naming the decode rows whose prompt was prefilled in chunks (`memory_fit.prefill_chunk`), or None:
     under the table in serve.md and in the terminal."""
     cells = [f"{r['impl']} {r['batch']} x {r['context']}: {r['prefill_chunk']}" for r in rows if r.get("prefill_chunk")]
     if not cells:
@@ -359,15 +359,17 @@ def write_plots(data: dict, folder: Path, stem: str) -> list[Path]:
 
 
 def json_line(data: dict, folder) -> dict:
-    """The `--json` line: the answer and the headline numbers of every row."""
-    static = ("impl", "batch", "context", "status", "tokens_per_s", "attention_share", "gain_over_eager")
-    stream = ("impl", "status", "completed", "failed", "output_tokens_per_s", "ttft_ms", "itl_ms", "gain_over_eager")
+    """The `--json` line: the answer and every row as serve.json has it, so a reader of stdout gets every metric the
+    report has (tokens/s, attention share, cost, gains, TTFT, TPOT, ITL, E2EL, goodput under the SLO, the steady
+    state, the load sweep), not a subset to keep in step with it."""
     line = {"schema": data["schema"], "out": str(folder), "answer": data["answer"], "loops": data.get("loops"),
-            "prefill": [{k: r[k] for k in static} for r in data["prefill"]],
-            "decode": [{k: r[k] for k in static} for r in data["decode"]],
-            "continuous": [{k: r[k] for k in stream} for r in data["continuous"]["results"]]}
+            "prefill": data["prefill"], "decode": data["decode"], "continuous": data["continuous"]["results"]}
+    if data["continuous"].get("sweep"):
+        line["sweep"] = data["continuous"]["sweep"]
     prod = data.get("production")
     if prod:
-        line["production"] = {"answer": prod["answer"], "decode": [{k: r[k] for k in static} for r in prod["decode"]],
-                              "continuous": [{k: r[k] for k in stream} for r in prod["continuous"]["results"]]}
+        line["production"] = {"answer": prod["answer"], "decode": prod["decode"],
+                              "continuous": prod["continuous"]["results"]}
+        if prod["continuous"].get("sweep"):
+            line["production"]["sweep"] = prod["continuous"]["sweep"]
     return line

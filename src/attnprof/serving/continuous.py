@@ -137,7 +137,8 @@ def serve_stream(model, impl: str, requests: list[Request], *, device: str, seed
 
     `loop="production"` turns transformers' CUDA graphs on (`use_cuda_graph=True`). `sdpa-<backend>` runs paged sdpa
     (the caller pins the backend: SDPA's flags are process-wide, the generation thread sees them). `attach(model)`
-    puts the model on an implementation registered elsewhere (our kernel, `serving.hub_kernel`) and returns its name.
+    puts the model on an implementation registered elsewhere (our kernel, `serving.flash_registration`) and returns
+    its name.
     """
     from transformers import GenerationConfig
 

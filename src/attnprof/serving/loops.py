@@ -87,7 +87,7 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
     A number from a step that did not run as one compiled graph is not a production number: when dynamo hits its
     recompile limit during the calls (it then runs the function unfused, as a graph-breaking attention did at batch
     16 on the H200: 0.25x SDPA), or the first call's logits are not finite, the point fails (CheckFailed) with the
-    reason. Graph breaks are counted into the point (`graph_breaks`). `prefill_chunk` (`validate.prefill_chunk`):
+    reason. Graph breaks are counted into the point (`graph_breaks`). `prefill_chunk` (`memory_fit.prefill_chunk`):
     the prompt is prefilled in pieces of that many tokens, so a batch whose decode fits but whose one-shot prefill
     would not is still measured; ms/token is the difference of two calls, so the prefill's cost cancels out."""
     from torch._dynamo.utils import counters
@@ -238,7 +238,7 @@ def on_masked_path(impl, model, device: str):
 
 def repeats_kv(impl, loop: str) -> bool:
     """Whether `impl`'s attention copies each layer's K and V out to the query heads (a GQA model's cache, times
-    heads / kv_heads, live for one layer at a time), as `validate.model_point_bytes` counts it: transformers' eager
+    heads / kv_heads, live for one layer at a time), as `memory_fit.model_point_bytes` counts it: transformers' eager
     always; its sdpa wherever SDPA is given a mask under compile (`use_gqa_in_sdpa`: no `enable_gqa` with a mask on
     CUDA), which the production loop's static cache always does. The kernel and the other variants read the KV heads
     in place (`tests/test_serve_loops.py` checks transformers still repeats)."""

@@ -5,7 +5,7 @@ Every attention implementation must be served the same stream, or their tokens/s
 pure function of its parameters and seed. The arrival process is `vllm bench serve`'s: exponential gaps at `rate`
 requests/s (a Poisson process), gamma-distributed gaps with the same mean when `burstiness` != 1 (below 1 burstier,
 above 1 more even), and `rate=inf` sends everything at once. Unlike vLLM the first request arrives at 0 and the gaps
-are not rescaled. This is `attnprof serve`'s stream (`serving/plan.py` draws it, `serving/continuous.py` serves it):
+are not rescaled. This is `attnprof serve`'s stream (`serving/settings.py` draws it, `serving/continuous.py` serves it):
 per request one prompt draw, one output draw, then one gap, so the same flags and seed draw the same stream as every
 report in docs/results/h200-serve/ (tests/test_serve_stream_pin.py holds it to a frozen copy of those draws).
 

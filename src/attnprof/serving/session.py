@@ -2,58 +2,54 @@
 stream, then the price of every token and the answer.
 
 Each prefill or decode point goes through `run.attempt` (a failure is a row with its status and reason, and the
-other points still run), so does each stream. `serve(plan, impls, device, flags)` returns the `attnprof.serve/1`
-dict; `errors(data)` the one-line failures that make the command exit 1.
+other points still run), so does each stream. `serve(settings, impls)` returns the `attnprof.serve/1` dict;
+`errors(data)` the one-line failures that make the command exit 1. Everything it measures is said by one
+`serving.settings.ServeSettings`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from attnprof.serving.plan import stream_json
+from attnprof.serving.settings import ServeSettings
 
 
-def steps(plan: dict, impls) -> int:
+def steps(s: ServeSettings, impls) -> int:
     """How many progress steps `serve` reports: one per point and per stream."""
-    modes = plan["modes"]
-    points = len(plan.get("context", [])) * len(plan.get("batch", [])) if "prefill" in modes else 0
-    loops = len(plan.get("loops", ["as-shipped"]))
-    points += loops * len(plan.get("decode_batch", [])) * len(plan.get("decode_context", [])) if "decode" in modes else 0
-    streams = loops * (1 + len(plan.get("sweep") or [])) if "continuous" in modes else 0
+    points = len(s.cells("prefill")) if "prefill" in s.modes else 0
+    points += len(s.loops) * len(s.cells("decode")) if "decode" in s.modes else 0
+    streams = len(s.loops) * (1 + len(s.stream.sweep)) if s.stream is not None else 0
     return (points + streams) * len(impls)
 
 
-def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, bool], None] | None = None,
+def serve(s: ServeSettings, impls, *, on_progress: Callable[[str, bool], None] | None = None,
           note: Callable[[str], None] | None = None, checkpoint: Callable[[dict], None] | None = None) -> dict:
-    """Measure every mode of `plan` for every implementation; price it. `on_progress(description, advance)` reports
+    """Measure every mode of `s` for every implementation; price it. `on_progress(description, advance)` reports
     each step, `note(text)` says what is being built, `checkpoint(data)` gets the rows so far after each row (see
     the module docstring)."""
     from attnprof.models import attention_workload, build_model
 
     progress = on_progress or (lambda description, advance: None)
-    modes = plan["modes"]
-    cells = {"prefill": [(b, c) for c in plan.get("context", []) for b in plan.get("batch", [])],
-             "decode": [(b, c) for c in plan.get("decode_context", []) for b in plan.get("decode_batch", [])]}
+    modes, device = list(s.modes), s.device
     if note is not None:
-        note(f"{plan['model']} ({plan['dtype']}, random weights) on {device}; implementations: "
+        note(f"{s.model} ({s.dtype}, random weights) on {device}; implementations: "
              f"{', '.join(i.name for i in impls)}")
-    model = build_model(plan["model"], attn_implementation="eager", dtype=plan["dtype"], device=device,
-                        seed=args.seed)
+    model = build_model(s.model, attn_implementation="eager", dtype=s.dtype, device=device, seed=s.seed)
     cfg = model.config
-    shape = attention_workload(cfg, batch=1, seq=1, dtype=plan["dtype"], device=device)  # heads, kv heads, head dim
+    shape = attention_workload(cfg, batch=1, seq=1, dtype=s.dtype, device=device)  # heads, kv heads, head dim
     data = {"schema": "attnprof.serve/1", "modes": modes,
-            "model": {"name": plan["model"], "params": sum(p.numel() for p in model.parameters()),
+            "model": {"name": s.model, "params": sum(p.numel() for p in model.parameters()),
                       "layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size, "heads": shape.heads,
                       "kv_heads": shape.kv_heads, "head_dim": shape.head_dim,
-                      "vocab": cfg.vocab_size, "max_positions": plan["max_positions"], "dtype": plan["dtype"],
+                      "vocab": cfg.vocab_size, "max_positions": s.max_positions, "dtype": s.dtype,
                       "weights": "random (from config; nothing downloaded)"},
-            "gpu_hour_price": plan["price"],
-            "price_note": ("assumed default, not a quote; pass --gpu-hour-price" if plan["price_is_default"]
+            "gpu_hour_price": s.price,
+            "price_note": ("assumed default, not a quote; pass --gpu-hour-price" if s.price_is_default
                            else "given with --gpu-hour-price"),
             "impls": [{"name": i.name, "attn_implementation": i.attn_implementation, "reason": i.rejected}
                       for i in impls],
             "prefill": [], "decode": [], "continuous": {"stream": None, "results": []}}
-    loops = plan.get("loops", ["as-shipped"])
+    loops = list(s.loops)
     data["loops"] = loops
     if "production" in loops:
         data["production"] = {"decode": [], "continuous": {"stream": None, "results": []}}
@@ -67,36 +63,35 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
                 continue
             # cell by cell, every implementation in turn: a run stopped part-way (Ctrl-C, a time limit) leaves
             # whole comparisons in its partial file, not one implementation's rows without the others'
-            for batch, context in cells[mode]:
+            for batch, context in s.cells(mode):
                 for impl in impls:
                     label = f"{mode} {impl.name} ({loop}) batch {batch} context {context}"
                     progress(label, False)
-                    point = _static_point(model, impl, mode, batch, context, plan, args, device, loop)
+                    point = _static_point(model, impl, mode, batch, context, s, loop)
                     where[loop][mode].append(point.to_json())
                     if checkpoint is not None:
                         checkpoint(data)
                     progress(label, True)
             where[loop][mode].sort(key=lambda r: order[r["impl"]])  # the tables list each implementation's rows
-    if "continuous" in modes:
-        reqs = plan["requests"]
+    if s.stream is not None:
         for loop in loops:
-            where[loop]["continuous"]["stream"] = stream_json(plan, args)
+            where[loop]["continuous"]["stream"] = s.stream.to_json()
             for impl in impls:
-                res = _stream(model, impl, loop, reqs, args, device, progress, plan.get("slo"))
+                res = _stream(model, impl, loop, s, progress)
                 where[loop]["continuous"]["results"].append(res.to_json())
                 if checkpoint is not None:
                     checkpoint(data)
                 progress(f"continuous {impl.name} ({loop})", True)
-            if plan.get("sweep"):
-                where[loop]["continuous"]["sweep"] = _sweep(model, impls, loop, plan, args, device, progress)
+            if s.stream.sweep:
+                where[loop]["continuous"]["sweep"] = _sweep(model, impls, loop, s, progress)
                 if checkpoint is not None:
                     checkpoint(data)
-    _price(data, plan["price"])
+    _price(data, s.price)
     if "as-shipped" not in loops:
         data["answer"] = "the as-shipped loop was not asked for (--loop); see the production loop."
     if "production" in loops:
         prod = data["production"]
-        _price(prod, plan["price"], "production")
+        _price(prod, s.price, "production")
         if not prod["answer"]:  # nothing of this loop ran: say why, never leave it blank
             rows = prod["decode"] + prod["continuous"]["results"]
             why = list(dict.fromkeys(r["reason"] for r in rows if r.get("reason")))
@@ -104,7 +99,7 @@ def serve(plan: dict, impls, device: str, args, *, on_progress: Callable[[str, b
     return data
 
 
-def _sweep(model, impls, loop: str, plan: dict, args, device: str, progress) -> dict:
+def _sweep(model, impls, loop: str, s: ServeSettings, progress) -> dict:
     """The same requests closed-loop at each concurrency, per implementation: `serving.sweep.Sweep` as JSON, plus
     the rows that could not run with their reasons."""
     from attnprof.serving.cost import usd_per_million
@@ -112,9 +107,8 @@ def _sweep(model, impls, loop: str, plan: dict, args, device: str, progress) -> 
 
     points, skipped = [], []
     for impl in impls:
-        for level in plan["sweep"]:
-            res = _stream(model, impl, loop, plan["requests"], args, device, progress, plan.get("slo"),
-                          concurrency=level)
+        for level in s.stream.sweep:
+            res = _stream(model, impl, loop, s, progress, concurrency=level)
             progress(f"sweep {impl.name} ({loop}) concurrency {level}", True)
             m = res.metrics
             if res.status != "ok" or not m or not m["completed"]:
@@ -126,22 +120,24 @@ def _sweep(model, impls, loop: str, plan: dict, args, device: str, progress) -> 
             tpot = (m["latency"]["tpot_ms"] or {}).get("p50")
             ttft = (m["latency"]["ttft_ms"] or {}).get("p50")
             points.append(SweepPoint(impl.name, level, out_tps, 1e3 / tpot if tpot else None,
-                                     usd_per_million(out_tps, plan["price"]), ttft, tpot, m["completed"], m["failed"]))
-    return {**Sweep("concurrency", 1, plan["price"], tuple(points)).to_json(), "not_run": skipped}
+                                     usd_per_million(out_tps, s.price), ttft, tpot, m["completed"], m["failed"]))
+    return {**Sweep("concurrency", 1, s.price, tuple(points)).to_json(), "not_run": skipped}
 
 
-def _stream(model, impl, loop: str, reqs, args, device: str, progress, plan_slo=None, concurrency=None):
+def _stream(model, impl, loop: str, s: ServeSettings, progress, concurrency: int | None = None):
     """One implementation serving the stream in one loop, through `run.attempt` (a failure is a row)."""
     from attnprof.run import attempt
     from attnprof.serving.continuous import StreamResult, serve_stream
     from attnprof.serving.loops import on_masked_path, unavailable
 
+    stream, device = s.stream, s.device
+    reqs = list(stream.requests)
     progress(f"continuous {impl.name} ({loop}): {len(reqs)} requests", False)
     impl = on_masked_path(impl, model, device)  # CB always passes SDPA a mask: K/V repeated, no GQA
     why = impl.rejected or unavailable(loop, "continuous", device)
     attach = None
     if why is None and impl.name == "kernel":
-        from attnprof.serving.hub_kernel import hub_attention
+        from attnprof.serving.flash_registration import hub_attention
 
         hub = hub_attention()
         why = hub.rejected
@@ -161,24 +157,24 @@ def _stream(model, impl, loop: str, reqs, args, device: str, progress, plan_slo=
             torch._dynamo.reset()
             model.__dict__.pop("_compiled_call", None)
         with impl.context():  # sdpa-<backend>: SDPA's flags are process-wide, the generation thread sees them
-            return serve_stream(model, impl.name, reqs, device=device, seed=args.seed, timeout_s=args.stream_timeout,
-                                num_blocks=args.num_blocks, max_batch_tokens=args.max_batch_tokens, on_done=on_done,
-                                loop=loop, attach=attach, slo=plan_slo,
-                                warmup_requests=getattr(args, "warmup_requests", None), concurrency=concurrency)
+            return serve_stream(model, impl.name, reqs, device=device, seed=s.seed, timeout_s=stream.timeout_s,
+                                num_blocks=stream.num_blocks, max_batch_tokens=stream.max_batch_tokens,
+                                on_done=on_done, loop=loop, attach=attach, slo=stream.slo,
+                                warmup_requests=stream.warmup_requests, concurrency=concurrency)
 
     got = attempt(go, device=device)  # a failure is a row with its reason; the command exits 1 after the report
     return got.value or StreamResult(impl=impl.name, loop=loop, status=got.status.value, reason=got.reason,
                                      requests=len(reqs))
 
 
-def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, args, device: str,
-                  loop: str = "as-shipped"):
+def _static_point(model, impl, mode: str, batch: int, context: int, s: ServeSettings, loop: str = "as-shipped"):
     """One prefill or decode measurement through `run.attempt`: a failure is a row with its status and reason."""
     from attnprof.models.features import refusal_on_forward, switch
     from attnprof.run import attempt
     from attnprof.serving.loops import measure_static_decode, on_masked_path, repeats_kv, unavailable
     from attnprof.serving.throughput import Point, measure_decode, measure_prefill
 
+    device = s.device
     if loop == "production":  # the static cache always passes SDPA a mask: K/V repeated, no GQA
         impl = on_masked_path(impl, model, device)
 
@@ -186,12 +182,12 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
     if why:
         return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=why,
                      loop=loop)
-    from attnprof.validate import model_point_misfit, prefill_chunk
+    from attnprof.memory_fit import model_point_misfit, prefill_chunk
 
-    seq = context + (plan["new_tokens"] if mode == "decode" else 0)
-    misfit = model_point_misfit(model.config, plan["dtype"], device, batch, seq, prefill=mode == "prefill",
+    seq = context + (s.new_tokens if mode == "decode" else 0)
+    misfit = model_point_misfit(model.config, s.dtype, device, batch, seq, prefill=mode == "prefill",
                                 repeated_kv=repeats_kv(impl, loop))
-    if misfit:  # a grid's cell past the device's memory: said, not attempted (the smallest cell fits: plan check)
+    if misfit:  # a grid's cell past the device's memory: said, not attempted (`settings.check_memory` took the smallest)
         return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="oom", loop=loop,
                      reason=f"not run: {mode} on {batch}x{seq} tokens {misfit}")
 
@@ -202,15 +198,15 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
                          reason=f"{impl.name}: {refused}", loop=loop)
         with impl.context(), refusal_on_forward() as said:  # transformers' attention integration refusing a call
             if loop == "production":  # a prompt batch whose one-shot prefill would not fit: in chunks
-                chunk = prefill_chunk(model.config, plan["dtype"], device, batch, context, plan["new_tokens"])
+                chunk = prefill_chunk(model.config, s.dtype, device, batch, context, s.new_tokens)
                 return measure_static_decode(model, impl.name, batch=batch, context=context,
-                                             new_tokens=plan["new_tokens"], device=device, seed=args.seed,
+                                             new_tokens=s.new_tokens, device=device, seed=s.seed,
                                              prefill_chunk=chunk)
             if mode == "prefill":
-                return measure_prefill(model, impl.name, batch=batch, context=context, device=device, seed=args.seed,
-                                       reps=args.reps, share=not args.no_share)
-            return measure_decode(model, impl.name, batch=batch, context=context, new_tokens=plan["new_tokens"],
-                                  device=device, seed=args.seed, share=not args.no_share)
+                return measure_prefill(model, impl.name, batch=batch, context=context, device=device, seed=s.seed,
+                                       reps=s.reps, share=s.share)
+            return measure_decode(model, impl.name, batch=batch, context=context, new_tokens=s.new_tokens,
+                                  device=device, seed=s.seed, share=s.share)
         return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected",
                      reason=f"{impl.name}: {said[0]}", loop=loop)
 
@@ -218,7 +214,7 @@ def _static_point(model, impl, mode: str, batch: int, context: int, plan: dict, 
     if got.value is not None:
         return got.value
     return Point(impl=impl.name, mode=mode, batch=batch, context=context, status=got.status.value, reason=got.reason,
-                 new_tokens=plan.get("new_tokens", 0) if mode == "decode" else 0, loop=loop)
+                 new_tokens=s.new_tokens if mode == "decode" else 0, loop=loop)
 
 
 def _price(data: dict, price: float, loop: str = "as-shipped") -> None:

@@ -3,7 +3,7 @@
 The first requests of a run meet a cold server: CUDA graphs are captured per new batch shape, cuDNN builds a plan
 per new sequence length, allocators grow. The last ones drain an emptying batch. vLLM's whole-run numbers
 (`metrics.summarize`) mix both into the average; a backend that pays once per shape looks worse on a short stream
-than it is on a long one, and the issue's question (does the cuDNN per-length cost survive under graphs?) lives in
+than it is on a long one, and whether the cuDNN per-length cost survives under CUDA graphs is a question that lives in
 exactly that difference. So a run is split three ways:
 
 - *cold*: the requests sent during the first `warmup_s` seconds (or the first `warmup_requests`), summarised as a

@@ -121,8 +121,8 @@ def _register(module: ModuleType) -> tuple[Callable[[str], None], str] | str:
 
     absent = [name for name in _SLOT if not hasattr(mfu, name)]
     if absent:
-        return ("its flash lazy-import slot has changed (no " + ", ".join(absent) + "); hub_kernel knows the "
-                "slot of transformers 5.17 to 5.24")
+        return ("its flash lazy-import slot has changed (no " + ", ".join(absent) + "); "
+                "attnprof.serving.flash_registration knows the slot of transformers 5.17 to 5.24")
     fill = _filler(module, mfu)
     fill(NAME)  # set_attn_implementation / from_config import the flash functions right away
     flash_mask = ALL_MASK_ATTENTION_FUNCTIONS["flash_attention_2"]
