@@ -183,7 +183,7 @@ def test_an_impl_refused_in_static_batches_but_served_in_the_stream_is_not_calle
 
     from attnprof.report.serve_report import markdown
 
-    data = json.loads((Path(__file__).parents[1] / "docs/results/h200-serve/production-cb.json").read_text())
+    data = json.loads((Path(__file__).parents[1] / "docs/results/continuous-batching/production-cb.json").read_text())
     text = markdown(data)
     assert "Not run:" not in text
     assert "Refused in static batches, ran in continuous batching: sdpa-efficient" in text

@@ -1,12 +1,12 @@
 """`attnprof serve`'s seeded request streams, pinned: the same flags and seed draw the same arrivals and lengths as the
-streams behind docs/results/h200-serve/ (and every report made since), whatever module the generator lives in.
+streams behind docs/results/serve/ and docs/results/continuous-batching/ (and every report made since), whatever module the generator lives in.
 
 Three holds, none of which imports the generator by name (so they survive moving it):
 - a frozen copy of the algorithm as it was when these results were made (`_frozen_stream`: per request one
   log-normal prompt draw, one log-normal output draw, clipped to [1, max], then one exponential gap), itself pinned by
   hashes of its (arrival, prompt, output) tuples recorded from that code;
 - `serve`'s own flags through `commands.serve.settings` (what the command runs) against that copy, for the streams of
-  scripts/gpu/serve.sh, serve_long.sh and the CPU defaults, two seeds each, and for a request file without arrivals;
+  the serve and long-stream runs (docs/results/serve/, continuous-batching/) and the CPU defaults, two seeds each, and for a request file without arrivals;
 - the stream summary recorded in the committed GPU results, recomputed from the argv recorded beside it.
 """
 
@@ -23,7 +23,7 @@ import pytest
 from attnprof.cli import build_parser
 from attnprof.commands.serve import settings
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "h200-serve"
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 # name → (serve flags, device whose defaults fill the rest, the frozen copy's arguments)
 STREAMS = {
@@ -92,7 +92,7 @@ def test_a_request_file_without_arrivals_draws_todays_arrivals(tmp_path):
     assert _tuples(requests) == [(a, p, o) for a, (p, o) in zip(arrivals, rows)]
 
 
-@pytest.mark.parametrize("stem", ["h200-serve", "production-cb-avoid-recompile"])
+@pytest.mark.parametrize("stem", ["serve/h200-serve", "continuous-batching/production-cb-avoid-recompile"])
 def test_the_committed_gpu_results_stream_is_drawn_again(stem):
     """The argv recorded in a committed serve.json draws a stream with the summary recorded beside it."""
     data = json.loads((RESULTS / f"{stem}.json").read_text())

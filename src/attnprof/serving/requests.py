@@ -7,7 +7,7 @@ requests/s (a Poisson process), gamma-distributed gaps with the same mean when `
 above 1 more even), and `rate=inf` sends everything at once. Unlike vLLM the first request arrives at 0 and the gaps
 are not rescaled. This is `attnprof serve`'s stream (`serving/settings.py` draws it, `serving/continuous.py` serves it):
 per request one prompt draw, one output draw, then one gap, so the same flags and seed draw the same stream as every
-report in docs/results/h200-serve/ (tests/test_serve_stream_pin.py holds it to a frozen copy of those draws).
+report in docs/results/serve/ and docs/results/continuous-batching/ (tests/test_serve_stream_pin.py holds it to a frozen copy of those draws).
 
 A request file replays a user's traffic shape, one JSON object a line:
 
