@@ -171,7 +171,7 @@ def attempt(fn: Callable[[], T], *, device: str) -> Attempt[T]:
         return Attempt(Status.OK, value=fn())
     except UsageError:
         raise
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - every failure of a measured call is its result, with its reason
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - every failure of a measured call is its result
         status, reason = failure(exc)
         got = Attempt(status, reason=reason, asked_bytes=asked_bytes(exc) if status is Status.OOM else None)
     finally:
