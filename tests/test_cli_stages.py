@@ -87,12 +87,14 @@ def test_unwritable_output_folder_is_exit_2(tmp_path, capsys):
     assert code == 2 and err[-1].startswith("attnprof: error: cannot create report folder")
 
 
-def test_user_function_with_wrong_output_shape_is_exit_2(tmp_path, capsys, monkeypatch):
+def test_user_function_with_wrong_output_shape_is_an_error_row(tmp_path, capsys, monkeypatch):
     (tmp_path / "mine_wrong_shape.py").write_text(
         "def attn(q, k, v, *, causal, scale):\n    return q[:, :, :1]\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    code, err, _ = _stages(capsys, "--variants", "mine_wrong_shape:attn", "--out", str(tmp_path / "r"))
-    assert code == 2 and "expected a tensor of shape" in err[-1]
+    code, err, _ = _stages(capsys, "--variants", "mine_wrong_shape:attn,sdpa", "--out", str(tmp_path / "r"))
+    assert code == 1 and err[-1].startswith("attnprof: check failed:") and "expected a tensor of shape" in err[-1]
+    rows = {s["variant"]: s for s in json.loads((tmp_path / "r" / "results.json").read_text())["stages"]}
+    assert rows["mine_wrong_shape:attn"]["status"] == "error" and rows["sdpa"]["status"] == "ok"
 
 
 def test_a_stage_that_runs_out_of_memory_is_reported_and_the_others_still_run(tmp_path, capsys, monkeypatch):

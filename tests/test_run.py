@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from attnprof.errors import UsageError
 from attnprof.numerics.compare import Reference
 from attnprof.numerics.gate import Gate
 from attnprof.run import Status, asked_bytes, failure, run
@@ -84,9 +82,11 @@ def test_lossy_only_with_a_gate_and_only_beyond_it():
     assert run(_scaled(1.001), w, inputs, reference=ref).status is Status.OK  # no gate: finite is ok
 
 
-def test_wrong_output_shape_is_the_users_error():
-    with pytest.raises(UsageError, match="returned"):
-        run(Variant("short", lambda inputs: inputs.q[:, :, :1]), W, reference=Reference.of(W.make_inputs(0)))
+def test_wrong_output_shape_is_an_error_row_naming_both_shapes():
+    got = run(Variant("short", lambda inputs: inputs.q[:, :, :1]), W, reference=Reference.of(W.make_inputs(0)))
+    assert got.status is Status.ERROR
+    assert f"returned a tensor of shape [{W.batch}, {W.heads}, 1, {W.head_dim}]" in got.reason
+    assert f"expected a tensor of shape [{W.batch}, {W.heads}, {W.seq}, {W.head_dim}]" in got.reason
 
 
 def test_stages_pad_left_error_is_measured_on_rows_that_see_a_key(tmp_path):

@@ -1,7 +1,7 @@
 """`attnprof`: a thin argparse front. Each subcommand lives in `attnprof.commands.<name>` with `register(sub)`.
 
 Exit codes: 0 fine, 1 a check the user asked for failed (`CheckFailed`), 2 bad input (`UsageError`): one line on
-stderr, never a traceback.
+stderr (wrapped to the terminal's width when stderr is one: `stderr.say_error`), never a traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from attnprof.errors import CheckFailed, UsageError
+from attnprof.stderr import say_error
 
 # One module per subcommand, in the order `--help` lists them.
 COMMANDS = ("stages", "variants", "audit", "trace", "ceilings", "bench", "compare", "report", "serve", "verify")
@@ -20,8 +21,8 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one line (`attnprof stages: error: ...`) and exit 2, not a usage block."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message.splitlines()[0] if message else message} "
-                     f"(see {self.prog} --help)\n")
+        say_error(f"{self.prog}: error: {message.splitlines()[0] if message else message} (see {self.prog} --help)")
+        self.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,16 +53,17 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         silence_exit_chatter()  # a real process: no `nanobind: leaked …` after our last line
     try:
+        _check_lists(args)
         code = _handle(args)
         finish_folders(ok=True)  # a report folder is complete only now: renamed from its temporary name
         return code
     except UsageError as exc:
         finish_folders(ok=False)  # bad input: no folder is left behind
-        print(f"attnprof: error: {exc}", file=sys.stderr)
+        say_error(f"attnprof: error: {exc}")
         return UsageError.exit_code
     except CheckFailed as exc:
         finish_folders(ok=True)  # the report was written before the check failed; it is the evidence
-        print(f"attnprof: check failed: {exc}", file=sys.stderr)
+        say_error(f"attnprof: check failed: {exc}")
         return CheckFailed.exit_code
     except KeyboardInterrupt:
         kept = finish_folders(ok=False, interrupted=True)
@@ -71,6 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:
         finish_folders(ok=False)  # our bug: the traceback stays, the half-written folder does not
         raise
+
+
+def _check_lists(args: argparse.Namespace) -> None:
+    """`--variants ""` or `--impls ""` (an unset shell variable, mostly) names nothing: one line and exit 2, never
+    the defaults, which only leaving the flag out asks for."""
+    for dest in ("variants", "impls"):
+        value = getattr(args, dest, None)
+        if value is not None and not value.replace(",", " ").strip():
+            where = "attnprof variants" if dest == "variants" else f"attnprof {args.command} --help"
+            raise UsageError(f"--{dest} {value!r} names nothing: leave the flag out for the defaults, or name at "
+                             f"least one (`{where}` lists them)")
 
 
 def _handle(args) -> int:

@@ -3,6 +3,9 @@
 `UsageError` is the user's input (a bad shape, an unknown name, a missing device, an unwritable folder): one
 line, exit 2. `CheckFailed` is a check the user asked for that did not hold (a forbidden fallback, numbers that
 disagree, a regression): exit 1. Anything else is our bug and keeps its traceback.
+
+`VariantFailed` is neither: a variant that ran and misbehaved (returned `None` or the wrong shape, called
+`sys.exit`). It is that variant's `error` row with the reason, like any exception it raises, and the run goes on.
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ class UsageError(Exception):
     """Bad input from the user. The CLI prints `attnprof: error: <message>` and exits 2."""
 
     exit_code = 2
+
+
+class VariantFailed(RuntimeError):
+    """A variant ran and gave no usable output (wrong shape, None, `sys.exit`): its row is `error`, the run goes on."""
 
 
 class CheckFailed(Exception):

@@ -18,8 +18,9 @@ that means unfused. `recompile_limit_hits()` captures the warning; `unfused_sinc
 process, since when a function whose name contains `name` has been past its limit (`verify` labels such rows
 `flex (unfused)`).
 
-One `failure(exc)` maps an exception to its status and reason (one OOM detector, one "first line"); a
-`UsageError` (a user function with the wrong signature or output shape) is the user's input and propagates.
+One `failure(exc)` maps an exception to its status and reason (one OOM detector, one "first line"). A variant
+that returns `None` or the wrong shape (`VariantFailed`) or calls `sys.exit` is an `error` row like one that raises;
+a `UsageError` (the user's command line, e.g. a user function with the wrong signature) and Ctrl-C propagate.
 Errors against the oracle go through `numerics.compare` (`Reference`): rows that see no key are compared apart
 from the others, the same way everywhere. Whether an agreement is `lossy` is decided here when the caller passes a
 `Gate` (plain PyTorch's error in the same dtype, times k); without one a finite output is `ok`.
@@ -101,6 +102,8 @@ def failure(exc: BaseException) -> tuple[Status, str]:
     if is_oom(exc):
         m = _ASKED.search(str(exc))
         return Status.OOM, "out of memory" + (f": asked for {m.group(1)}" if m else "") + f" ({first_line(exc)[:200]})"
+    if isinstance(exc, SystemExit):  # sys.exit inside a variant: its failure, not the tool's exit code
+        return Status.ERROR, f"raised SystemExit({exc.code!r}): the variant called sys.exit; the run went on"
     return Status.ERROR, first_line(exc)[:400]
 
 
@@ -160,13 +163,15 @@ class Attempt(Generic[T]):
 
 
 def attempt(fn: Callable[[], T], *, device: str) -> Attempt[T]:
-    """`fn()`, or its failure (see `failure`); a UsageError propagates. Memory is freed after a failure, and after
-    every call on CUDA (a collection per call costs ~0.1 s on the CPU, where refcounting frees a success)."""
+    """`fn()`, or its failure (see `failure`): any exception, `SystemExit` too (a variant that calls `sys.exit` is
+    an error row, not the tool's exit); a UsageError and Ctrl-C (KeyboardInterrupt) propagate. Memory is freed after
+    a failure, and after every call on CUDA (a collection per call costs ~0.1 s on the CPU, where refcounting frees
+    a success)."""
     try:
         return Attempt(Status.OK, value=fn())
     except UsageError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every failure of a measured call is its result, with its reason
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - every failure of a measured call is its result
         status, reason = failure(exc)
         got = Attempt(status, reason=reason, asked_bytes=asked_bytes(exc) if status is Status.OOM else None)
     finally:

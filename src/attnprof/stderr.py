@@ -1,4 +1,5 @@
-"""Read what C++ code prints on file descriptor 2 during a block: Python's `warnings` never sees it.
+"""Read what C++ code prints on file descriptor 2 during a block: Python's `warnings` never sees it; and print our
+own one-line errors so that a terminal can read them (`say_error`).
 
 Two things need this. Kineto prints `USDT: … profiler_start` chatter at every profiler start and stop. And
 `torch.backends.cuda.can_use_*(params, debug=True)` is a pybind function with no Python warning handler around
@@ -11,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import sys
 import tempfile
+import textwrap
 from collections.abc import Iterator
 
 
@@ -173,3 +176,30 @@ def silence_exit_chatter() -> None:
         os.close(devnull)
 
     atexit.register(quiet)  # registered first, so it runs after every handler registered later
+
+
+# --- our own error lines -------------------------------------------------------------------------------------------
+
+def error_lines(text: str, width: int | None) -> list[str]:
+    """An error message as lines of about `width` columns (None: the one line as it is, for a pipe or a log, where
+    `grep` and `tail -1` read it whole). The first line keeps the `attnprof: error:` prefix and ends where a clause
+    ends ("; ") when one falls in its second half, so it reads as a sentence of its own, else at a word; the rest is
+    indented by two. Words longer than the width (paths) are kept whole, so they can be copied."""
+    if width is None or len(text) <= width:
+        return [text]
+    at = text.rfind("; ", width // 2, width)
+    cut = at + 1 if at >= 0 else len(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)[0])
+    rest = textwrap.wrap(text[cut:].strip(), width, initial_indent="  ", subsequent_indent="  ",
+                         break_long_words=False, break_on_hyphens=False)
+    return [text[:cut].rstrip(), *rest]
+
+
+def terminal_width() -> int | None:
+    """stderr's width when it is a terminal (`COLUMNS` wins, as everywhere), else None: a pipe keeps one line."""
+    isatty = getattr(sys.stderr, "isatty", None)
+    return shutil.get_terminal_size().columns if isatty is not None and isatty() else None
+
+
+def say_error(text: str) -> None:
+    """Print one of our error lines (`attnprof: error: …`) on stderr, wrapped to the terminal when it is one."""
+    print("\n".join(error_lines(text, terminal_width())), file=sys.stderr)

@@ -97,8 +97,12 @@ def read_results(path: Path, *, strict_tail: bool = False,
             raise UsageError(f"{path}, line {number}: not a JSON row ({exc})") from None
         schema = row.get("schema") if isinstance(row, dict) else None
         if schema != SCHEMA:
-            raise UsageError(f"{path}, line {number}: schema {schema!r} is not {SCHEMA} "
-                             "(a results file from another attnprof version)")
+            if not (isinstance(schema, str) and schema.startswith("attnprof.")):  # rows nobody's attnprof wrote
+                raise UsageError(f"{path}, line {number}: not an attnprof results file (a row with "
+                                 f"{'no schema' if schema is None else f'schema {schema!r}'}; `attnprof bench` "
+                                 f"writes rows of schema {SCHEMA})")
+            other = "another attnprof version" if schema.startswith("attnprof.bench/") else "another attnprof command"
+            raise UsageError(f"{path}, line {number}: schema {schema!r} is not {SCHEMA} (a results file from {other})")
         check_row(row, f"{path}, line {number}", STATUSES)
         rows.append(row)
     from attnprof.files import INCOMPLETE

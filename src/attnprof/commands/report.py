@@ -24,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.report.html import write_report
     from attnprof.report.render import err
 
+    if not results_path(args.source).exists():
+        raise UsageError(no_bench_results(Path(args.source)))
     source = results_path(args.source)
     rows, note = read_results(source)
     if note:
@@ -38,3 +40,24 @@ def run(args: argparse.Namespace) -> int:
     emit_json(args, {"schema": "attnprof.report/1", "source": str(source), "out": str(folder),
                      "files": [str(p) for p in paths], "cells": len(rows)})
     return 0
+
+
+def no_bench_results(source: Path) -> str:
+    """Why `source` gives `report` nothing to draw, in one line: what `report` reads, what the folder is instead (the
+    command whose report it holds, by its JSON's `schema`), and what to run."""
+    import json
+
+    reads = "`attnprof report` draws the results.jsonl that `attnprof bench --out DIR` writes"
+    if not source.is_dir():
+        return f"{source}: no such file or folder ({reads})"
+    for path in sorted(source.glob("*.json")):
+        try:
+            schema = json.loads(path.read_text()).get("schema", "")
+        except (OSError, ValueError, AttributeError):  # unreadable, not JSON, or not an object: not a report of ours
+            continue
+        if isinstance(schema, str) and schema.startswith("attnprof."):
+            command = schema.removeprefix("attnprof.").split("/")[0]
+            pages = ", ".join(p.name for p in sorted(source.glob("*.md"))) or path.name
+            return (f"{source} is an `attnprof {command}` folder ({path.name}), not a bench one: {reads}; run that, "
+                    f"then `attnprof report DIR` (this folder's own report is {pages})")
+    return f"{source} holds no results.jsonl: {reads}; run that, then `attnprof report DIR`"

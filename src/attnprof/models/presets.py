@@ -56,6 +56,7 @@ def load_config(name_or_path: str, *, attn_implementation: str = "eager"):
         if not model_type:
             raise UsageError(f"{file}: config has no model_type")
         check_model_fields(data, str(file))  # before transformers divides by a zero head count
+        check_model_type(model_type, str(file))
         try:
             config = tf.AutoConfig.for_model(model_type, **{k: v for k, v in data.items() if k != "model_type"})
         except Exception as exc:  # ValueError, KeyError, huggingface_hub's strict validators: all the config's fault
@@ -67,6 +68,22 @@ def load_config(name_or_path: str, *, attn_implementation: str = "eager"):
         raise UsageError(f"unknown model preset {name_or_path!r}; presets: {', '.join(PRESETS)}, or a config.json path")
     config._attn_implementation = attn_implementation
     return config
+
+
+def check_model_type(model_type: object, where: str) -> None:
+    """UsageError unless transformers knows `model_type`, naming the five closest known types: transformers' own
+    error lists every type it knows (~800 names, one 12,000-character line)."""
+    import difflib
+
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if isinstance(model_type, str) and model_type in CONFIG_MAPPING:
+        return
+    known = list(CONFIG_MAPPING.keys())
+    close = difflib.get_close_matches(str(model_type), known, n=5)
+    version = _transformers().__version__
+    hint = (f"closest known: {', '.join(close)}" if close else f"none of the {len(known)} it knows is close")
+    raise UsageError(f"{where}: transformers {version} has no model_type {model_type!r}; {hint}")
 
 
 def build_model(name_or_path: str, *, attn_implementation: str = "eager", dtype: str = "fp32", device: str = "cpu",

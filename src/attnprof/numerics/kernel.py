@@ -4,8 +4,8 @@ For each case: fresh random inputs from `Workload.make_inputs(seed + i)` (the se
 reference, plain PyTorch in the case's dtype (the baseline), then each variant through `run()` (attnprof.run) with
 the gate: `ok` passes, `lossy` (or a NaN/Inf output) fails, `rejected` keeps its own reason, and a variant that
 raises or runs out of memory is an error (a failure). A flex run after dynamo's recompile limit was hit for
-flex_attention in this process is named `flex (unfused)` and its reason says why (`attnprof.run.unfused_since`). A user function that returns the wrong shape raises
-UsageError, which is the user's input and propagates (exit 2).
+flex_attention in this process is named `flex (unfused)` and its reason says why (`attnprof.run.unfused_since`). A user function that returns the wrong shape or
+`None`, or calls `sys.exit`, is an error (a failure) like one that raises.
 
 With an executor (`verify --ray`) each case is one job (`CaseRunner`, picklable) on whichever node runs it; the run
 names that node, and a case whose worker died on every attempt is an `error` for every variant, with the reason.

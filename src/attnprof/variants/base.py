@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnprof.errors import UsageError
+from attnprof.errors import VariantFailed
 from attnprof.workload import Inputs, Workload
 
 
@@ -95,10 +95,11 @@ def expand_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def check_output(name: str, out: object, q: torch.Tensor, where: str = "") -> torch.Tensor:
-    """`out` when it is a tensor of q's shape `[B, Hq, Sq, D]`; else the variant author's input error (a user
-    function's, mostly): a UsageError naming the variant, what it returned and what was expected."""
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(q.shape):
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise UsageError(f"variant {name!r} returned {got}{where}, expected a tensor of shape {tuple(q.shape)} "
-                         "[B, Hq, Sq, D]")
-    return out
+    """`out` when it is a tensor of q's shape `[B, Hq, Sq, D]`; else `VariantFailed` naming the variant, what it
+    returned and what was expected: that variant's `error` row (a user function's mistake, mostly), not the run's end."""
+    if isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(q.shape):
+        return out
+    got = (f"a tensor of shape {list(out.shape)}" if isinstance(out, torch.Tensor)
+           else "None" if out is None else f"a {type(out).__name__}")
+    raise VariantFailed(f"variant {name!r} returned {got}{where}, expected a tensor of shape {list(q.shape)} "
+                        "[B, Hq, Sq, D]")

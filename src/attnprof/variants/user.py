@@ -5,8 +5,9 @@ repeated for the function. `gqa_convention` says so in one sentence; commands pr
 variant's `supports` carries it as its note, and a function that raises on such a call gets that sentence in front
 of its error (`GQAConventionError`), so the likely cause is named where the failure is. A function that also accepts `attn_mask=` is given the workload's mask
 (bool, True = attend; or additive float) and `causal=False`; one that does not is rejected for masked workloads.
-The output must be `[B, Hq, Sq, D]`: anything else is a usage error naming the function and the shapes
-(`base.check_output`, at every call site: `run()` and the model adapter).
+The output must be `[B, Hq, Sq, D]`: anything else (`None` included) is that function's `error` row, naming what it
+returned and the shape expected (`base.check_output`, at every call site: `run()` and the model adapter). A function
+that calls `sys.exit` is an `error` row too ("raised SystemExit(5)"), never the tool's exit; Ctrl-C still stops the run.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import inspect
 
 import torch
 
-from attnprof.errors import UsageError, first_line
+from attnprof.errors import UsageError, VariantFailed, first_line
 from attnprof.variants.base import Accepted, Rejected, Support, Variant
 from attnprof.workload import Inputs, Workload
 
@@ -56,12 +57,18 @@ def load_user_variant(spec: str) -> Variant:
     takes_mask = _check_signature(spec, fn)
 
     def run(inputs: Inputs) -> torch.Tensor:
+        try:
+            return call(inputs)  # its shape is checked where it is called
+        except SystemExit as exc:  # the function's failure, not the tool's exit code (which the caller owns)
+            raise VariantFailed(f"{spec} raised SystemExit({exc.code!r}): it called sys.exit") from None
+
+    def call(inputs: Inputs) -> torch.Tensor:
         kwargs = {"causal": inputs.causal, "scale": inputs.scale}
         if inputs.attn_mask is not None:
             kwargs["attn_mask"] = inputs.attn_mask
         heads, kv_heads = inputs.q.shape[1], inputs.k.shape[1]
         if heads == kv_heads:
-            return fn(inputs.q, inputs.k, inputs.v, **kwargs)  # its shape is checked where it is called
+            return fn(inputs.q, inputs.k, inputs.v, **kwargs)
         try:
             return fn(inputs.q, inputs.k, inputs.v, **kwargs)
         except torch.OutOfMemoryError:
