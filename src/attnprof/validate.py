@@ -322,3 +322,11 @@ def check_serve_fits(plan: dict, device: str) -> None:
         check_model_batch_fits(config, dtype, device, f"{name} decode", min(plan["decode_batch"]),
                                min(plan["decode_context"]) + plan["new_tokens"], "reduce --decode-batch or --decode-context",
                                prefill=False)
+
+
+def check_positions(length: int, max_positions: int, model: str, flag: str) -> None:
+    """`length` positions (a prompt, plus the tokens generated after it) must fit the model's
+    max_position_embeddings (0: not set): past it, RoPE models run on positions they were never meant for and
+    transformers only logs a reminder. One check for serve, audit and verify."""
+    if max_positions and length > max_positions:
+        raise UsageError(f"{flag} {length} is longer than {model} allows (max_position_embeddings {max_positions})")

@@ -11,6 +11,7 @@ import dataclasses
 import math
 
 from attnprof.errors import UsageError, first_line
+from attnprof.validate import check_positions as _fits  # one check for serve, audit and verify
 
 MODES = ("prefill", "decode", "continuous")
 # CPU defaults are tiny on purpose; the GPU ones are the issue's ~1B serving grid.
@@ -103,11 +104,6 @@ def make_plan(args, device: str) -> dict:
 
             plan["slo"] = Slo(**slo)  # each > 0, else a UsageError naming the flag
     return plan
-
-
-def _fits(length: int, max_pos: int, model: str, flag: str) -> None:
-    if max_pos and length > max_pos:
-        raise UsageError(f"{flag} {length} is longer than {model} allows (max_position_embeddings {max_pos})")
 
 
 def stream_json(plan: dict, args) -> dict:
