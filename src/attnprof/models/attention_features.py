@@ -171,21 +171,15 @@ def probe(config, impls: list, *, flex: bool = False) -> list[Verdict]:
     wanted = asked(layer_asks(config))
     if not wanted:
         return []
+    key = config.to_json_string(use_diff=False)
     try:
-        model = _build(_shrunk(config))
-        ids = torch.randint(3, model.config.vocab_size, (1, PROBE_SEQ), generator=torch.Generator().manual_seed(0))
-        full = _logits(model, ids)
-        without = {}
-        for feature in wanted:
-            if feature == "sinks":
-                other = copy.deepcopy(model)
-                _no_sinks(other)
-            else:
-                other = _build(_shrunk(config, without=feature), model.state_dict())
-            without[feature] = _logits(other, ids)
+        if key not in _PROBES:
+            _PROBES[key] = (_references(config, wanted), {})
+        (model, ids, full, without), measured = _PROBES[key]
     except (ValueError, TypeError, KeyError, RuntimeError) as exc:  # a config transformers cannot shrink or run
         why = f"transformers cannot build or run a shrunk copy of this config ({first_line(exc)[:160]})"
         return [Verdict(i.name, f, "not probed", "measured", why) for i in impls for f in wanted]
+    without = dict(without)
     inert = [f for f in wanted if (full - without[f]).abs().max().item() < _MIN_EFFECT]
     for f in inert:  # the config sets it, the modeling code does not apply it: nothing to honour or ignore
         without.pop(f)
@@ -194,12 +188,11 @@ def probe(config, impls: list, *, flex: bool = False) -> list[Verdict]:
     wanted = tuple(f for f in wanted if f not in inert)
     if not wanted:
         return out
-    measured: dict[str, list[Verdict]] = {}
 
     def measure(impl) -> list[Verdict]:
-        if impl.attn_implementation not in measured:
-            measured[impl.attn_implementation] = _measure(model, impl, ids, full, without)
-        return measured[impl.attn_implementation]
+        if impl.name not in measured:  # sdpa and sdpa-math share an attn_implementation, not a context
+            measured[impl.name] = _measure(model, impl, ids, full, without)
+        return measured[impl.name]
 
     for impl in impls:
         if impl.name == "eager":
@@ -218,6 +211,24 @@ def probe(config, impls: list, *, flex: bool = False) -> list[Verdict]:
         else:
             out += [dataclasses.replace(v, impl=impl.name) for v in measure(impl)]
     return out
+
+
+_PROBES: dict[str, tuple] = {}  # config → (references, verdicts per attn_implementation): one probe per process
+
+
+def _references(config, wanted: tuple[str, ...]):
+    """(shrunk eager model, sample ids, its logits, its logits with each feature off)."""
+    model = _build(_shrunk(config))
+    ids = torch.randint(3, model.config.vocab_size, (1, PROBE_SEQ), generator=torch.Generator().manual_seed(0))
+    without = {}
+    for feature in wanted:
+        if feature == "sinks":
+            other = copy.deepcopy(model)
+            _no_sinks(other)
+        else:
+            other = _build(_shrunk(config, without=feature), model.state_dict())
+        without[feature] = _logits(other, ids)
+    return model, ids, _logits(model, ids), without
 
 
 def _measure(model, impl, ids, full, without) -> list[Verdict]:
