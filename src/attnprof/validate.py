@@ -142,3 +142,11 @@ def check_kernel(spec: Any, asked: bool) -> None:
     elif not spec.trust_remote and spec.repo_id not in kernel_hub._local_overrides():
         raise UsageError(f"--kernel {spec.label()} is code from the Hugging Face Hub; pass --trust-remote-kernel to "
                          "allow loading it")
+
+
+def check_positions(length: int, max_positions: int, model: str, flag: str) -> None:
+    """`length` positions (a prompt, plus the tokens generated after it) must fit the model's
+    max_position_embeddings (0: not set): past it, RoPE models run on positions they were never meant for and
+    transformers only logs a reminder. One check for serve, audit and verify."""
+    if max_positions and length > max_positions:
+        raise UsageError(f"{flag} {length} is longer than {model} allows (max_position_embeddings {max_positions})")

@@ -85,6 +85,16 @@ def run(args: argparse.Namespace) -> int:
         kernel_from_args(args)  # a --kernel mistake is reported as such, before the device is looked at
     if args.require is not None and args.require not in REQUIRE:
         raise UsageError(f"--require {args.require!r} is not a backend rule; choose one of {', '.join(REQUIRE)}")
+    if args.model and (args.seq is None or args.seq > 0):  # a prompt past max_position_embeddings: exit 2 now
+        from attnprof.models import load_config
+        from attnprof.validate import check_positions
+
+        generates = args.phase is not None and "decode" in args.phase or args.phase is None and (
+            args.measure or args.require == "measured")
+        config = load_config(args.model)
+        check_positions((args.seq or 64) + (args.new_tokens if generates else 0),
+                        int(getattr(config, "max_position_embeddings", 0) or 0), args.model,
+                        "--seq + --new-tokens" if generates else "--seq")
     if args.phase is not None or args.measure or args.require == "measured" or args.pin:
         from attnprof.commands.audit_phases import run_phases
 

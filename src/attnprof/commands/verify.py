@@ -115,6 +115,11 @@ def _run(args: argparse.Namespace, executor) -> int:
             raise UsageError(f"{flag} is {value}; it must be at least 1")
     if args.min_prefix is not None and args.min_prefix < 0:
         raise UsageError("--min-prefix must be >= 0")
+    if level != "kernel":  # the sample and its greedy tokens past max_position_embeddings: exit 2 now, as serve
+        from attnprof.validate import check_positions
+
+        check_positions(args.model_seq + args.decode_tokens, int(getattr(config, "max_position_embeddings", 0) or 0),
+                        args.model, "--model-seq + --decode-tokens")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31 - 10_000)
     err.print(f"[dim]seed {seed} (pass --seed {seed} to reproduce)[/dim]")
     folder = out_dir(args, "verify")
@@ -206,4 +211,10 @@ def _model_level(args, device: str, dtypes: list[str], seed: int, rule, kernel):
                                    seq=args.model_seq, decode_tokens=args.decode_tokens, kernel=kernel,
                                    on_step=lambda s: err.print(f"[dim]model: {s}[/dim]"))
     print_model_level(report, wide=args.wide)
+    from attnprof.models.attention_features import model_features
+    from attnprof.report.features_report import print_features
+
+    report["attention_features"] = model_features(args.model, spec, device, seq=args.model_seq,
+                                                  extra=args.decode_tokens, flag="--model-seq", kernel=kernel)
+    print_features(report["attention_features"], wide=args.wide)
     return report, failures

@@ -92,6 +92,9 @@ def markdown(data: dict) -> str:
             p = r["profiler_backend"]
             cells.append("–" if p is None else f"{p} {'✓' if r['profiler_agrees'] else '✗ DISAGREES'}")
         lines.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
+    from attnprof.report.features_report import markdown as features_markdown
+
+    lines += [""] + features_markdown((data.get("model") or {}).get("attention_features"))
     return "\n".join(lines) + "\n"
 
 
@@ -120,8 +123,11 @@ def print_terminal(data: dict, *, wide: bool = False) -> None:
     rows = data["rows"]
     profiled = any(r["profiler_backend"] for r in rows)
     title = f"{data['title']} — fastest here: {data['preferred']}"
+    from attnprof.report.features_report import print_features
+
     if wide:
         _print_wide(title, rows, profiled)
+        print_features((data.get("model") or {}).get("attention_features"), wide=True)
         return
     notes: dict[str, int] = {}
     body = []
@@ -140,6 +146,7 @@ def print_terminal(data: dict, *, wide: bool = False) -> None:
     out.print(compact_table("", headers, body, styles=[_style(r) for r in rows]))
     for text, n in notes.items():
         say(f"[{n}] {text}", indent="")
+    print_features((data.get("model") or {}).get("attention_features"))
 
 
 def _print_wide(title: str, rows: list[dict], profiled: bool) -> None:

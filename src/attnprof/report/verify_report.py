@@ -162,6 +162,9 @@ def markdown(data: dict, command: str) -> str:
             reason = (r["reason"] or "").replace("|", "\\|")
             lines.append(f"| `{r['impl']}` | {r['dtype']} | {r['status']} | {nums} | {reason} |")
         lines.append("")
+        from attnprof.report.features_report import markdown as features_markdown
+
+        lines += features_markdown(model.get("attention_features"))
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from attnprof.errors import UsageError, first_line
 from attnprof.serving.metrics import Slo
 from attnprof.serving.requests import Request
+from attnprof.validate import check_positions as _fits  # one check for serve, audit and verify
 
 Mode = Literal["prefill", "decode", "continuous"]
 Loop = Literal["as-shipped", "production"]  # `serving.loops.LOOPS`
@@ -197,11 +198,6 @@ def make_settings(device: str, *, mode: str = "prefill,decode,continuous", model
                          context=tuple(grids.get("context", ())), decode_batch=tuple(grids.get("decode_batch", ())),
                          decode_context=tuple(grids.get("decode_context", ())), new_tokens=grids.get("new_tokens", 0),
                          stream=stream)
-
-
-def _fits(length: int, max_pos: int, model: str, flag: str) -> None:
-    if max_pos and length > max_pos:
-        raise UsageError(f"{flag} {length} is longer than {model} allows (max_position_embeddings {max_pos})")
 
 
 def check_memory(s: ServeSettings) -> None:
