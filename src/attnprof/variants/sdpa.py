@@ -49,7 +49,7 @@ def _pinned(backend: str) -> Variant:
 
     run.__name__ = f"sdpa_{backend}"
     return Variant(name=f"sdpa-{backend}", fn=run, supports=supports, family="extra",
-                   description=f"SDPA pinned to the {backend} backend with sdpa_kernel")
+                   description=f"SDPA pinned to the {backend} backend with sdpa_kernel", recipe=(_pinned, (backend,)))
 
 
 SDPA = Variant(name="sdpa", fn=sdpa_call, family="sdpa",
