@@ -58,7 +58,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnprof.bench.executor import make_executor
+    from attnprof.bench.executor_choice import make_executor
     from attnprof.errors import UsageError
 
     if args.ray is not None and (args.level == "model" or (args.level is None and args.model)):
