@@ -47,6 +47,23 @@ def _accepted(call: DispatchRecord, allowed: set[str]) -> bool:
     return call.backend in allowed
 
 
+def row_of(record: DispatchRecord) -> dict:
+    """A call as the row `violates` judges: what `attnprof audit` writes for a grid cell, from a recorded call."""
+    return {"backend": record.backend, "fused": record.fused, "preferred": record.preferred, "error": None}
+
+
+def violates(row: dict, require: str) -> bool:
+    """The rule of `expect_fused(allow=[require])`, on a row (an error row ran nothing, so it breaks any rule);
+    `attnprof audit --require` judges its grid rows and its recorded calls with it."""
+    if row.get("error") or row.get("rejected"):
+        return True
+    if require == "fused":
+        return not row["fused"]
+    if require == "preferred":
+        return row["backend"] != row["preferred"]
+    return row["backend"] != require
+
+
 def describe(calls: list[DispatchRecord]) -> str:
     """One paragraph per call: where, what ran, why the faster backends refused, what to change."""
     from attnprof.audit.reasons import explain

@@ -109,7 +109,7 @@ def run_phases(args: argparse.Namespace) -> int:
 
 def _broken(require: str | None, calls, regrets) -> list[str]:
     """One line per site (measured) or per distinct offending call (backend rules) that breaks `require`."""
-    from attnprof.commands.audit import _row_of, _violates
+    from attnprof.audit.expect import row_of, violates
     from attnprof.report.render import fmt
 
     if not require:
@@ -127,7 +127,7 @@ def _broken(require: str | None, calls, regrets) -> list[str]:
         return lines
     seen: dict[str, int] = {}
     for c in calls:
-        if _violates(_row_of(c), require):
+        if violates(row_of(c), require):
             label = f"{c.where}: {c.envelope()} ran {c.backend}"
             seen[label] = seen.get(label, 0) + 1
     return [f"{label} (×{n})" for label, n in seen.items()]
