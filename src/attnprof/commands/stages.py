@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.files import write_atomic, write_json
     from attnprof.provenance import provenance
     from attnprof.report.render import err, progress
-    from attnprof.report.stages_report import markdown, print_terminal, results_json
+    from attnprof.report.stages_report import markdown, results_json
+    from attnprof.report.stages_terminal import print_terminal
     from attnprof.stages import run_stages
 
     if args.steps < 1 or args.reps < 20:
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     data["third_party_warnings"] = captured()  # what torch and friends warned, instead of printed raw
     write_json(folder / "results.json", data)
     write_atomic(folder / "report.md", markdown(results, workload.label(), note, command, prov))
-    print_terminal(results, workload.label(), note, workload.device.startswith("cuda"), wide=args.wide)
+    print_terminal(results, workload.label(), workload.device.startswith("cuda"), wide=args.wide)
     from attnprof.files import commit_folder
 
     folder = commit_folder(folder)  # complete: renamed from its temporary name
