@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnprof.bench.flops import tflops
-from attnprof.numerics.compare import Reference
-from attnprof.numerics.gate import Gate, Rule
+from attnprof.oracle.agreement import Reference
+from attnprof.oracle.gate import Gate, Rule
 from attnprof.profiling.causes import UNEXPECTED_ROLES
 from attnprof.profiling.summary import Summary
 from attnprof.run import Run, run

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from attnprof.audit.reasons import advise
-from attnprof.audit.sdpa_checks import preferred_backend
-from attnprof.audit.watch import DispatchRecord, watch
+from attnprof.dispatch.sdpa_checks import preferred_backend
+from attnprof.dispatch.watch import DispatchRecord, watch
 from attnprof.errors import first_line
 from attnprof.workload import Inputs, Workload
 

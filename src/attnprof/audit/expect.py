@@ -5,7 +5,7 @@
 
 raises `AssertionError` listing every offending call (module path, envelope, the backend that ran) with PyTorch's
 reason for refusing each faster backend and what to change. It is a plain context manager, usable in any pytest
-suite; the detection comes from the aten operator each call executed (see `attnprof.audit.watch`).
+suite; the detection comes from the aten operator each call executed (see `attnprof.dispatch.watch`).
 
 A block that makes no attention call at all fails too (`min_calls=1`): a model that silently switched to a
 hand-written attention (transformers' "eager") would otherwise pass an assertion it never exercised.
@@ -20,8 +20,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 
-from attnprof.audit.watch import DispatchRecord, watch
 from attnprof.backends import SDPA_FUSED
+from attnprof.dispatch.watch import DispatchRecord, watch
 
 # What `allow=` may name. "fused" is any fused kernel; "preferred" is the fastest backend of this device.
 ALLOWABLE = ("fused", "preferred", "measured", *SDPA_FUSED, "flex", "kernel", "math")

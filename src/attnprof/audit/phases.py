@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from attnprof.audit.watch import DispatchRecord, watch
+from attnprof.dispatch.watch import DispatchRecord, watch
 from attnprof.errors import UsageError, first_line
 from attnprof.models.features import refusal_on_forward
 
@@ -171,7 +171,7 @@ def pinned(pins: dict[str, str]) -> Iterator[None]:
         return
     from torch.nn.attention import sdpa_kernel
 
-    from attnprof.audit.sdpa_checks import BACKENDS
+    from attnprof.dispatch.sdpa_checks import BACKENDS
 
     inner = F.scaled_dot_product_attention
 

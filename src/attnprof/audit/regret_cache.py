@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 from attnprof.audit.arm_timing import ArmResult
-from attnprof.audit.watch import DispatchRecord
 from attnprof.bench.ceilings import cache_key, cache_path
+from attnprof.dispatch.watch import DispatchRecord
 from attnprof.errors import UsageError
 from attnprof.files import write_json
 

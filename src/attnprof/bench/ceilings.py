@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from attnprof.bench.timing import time_call
 from attnprof.errors import UsageError, first_line
 from attnprof.files import write_json
+from attnprof.measure.timing import time_call
 from attnprof.provenance import device_name, provenance
 
 SCHEMA = "attnprof.ceilings/1"

@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.audit.envelope import grid, run_grid
     from attnprof.audit.expect import row_of, violates
     from attnprof.audit.reasons import explain
-    from attnprof.audit.sdpa_checks import preferred_backend
     from attnprof.commands.common import emit_json, out_dir
+    from attnprof.dispatch.sdpa_checks import preferred_backend
     from attnprof.errors import CheckFailed, UsageError
     from attnprof.files import write_atomic, write_json
     from attnprof.provenance import provenance

@@ -81,9 +81,9 @@ def _run(args: argparse.Namespace, executor) -> int:
     from attnprof.commands.common import kernel_from_args
     from attnprof.errors import CheckFailed, UsageError
     from attnprof.files import write_atomic, write_json
-    from attnprof.numerics.gate import Rule
-    from attnprof.numerics.model import ModelRule
+    from attnprof.numerics.model_level import ModelRule
     from attnprof.numerics.verify import SCHEMA, dtypes_for
+    from attnprof.oracle.gate import Rule
     from attnprof.provenance import provenance
     from attnprof.report.render import err
     from attnprof.report.verify_report import markdown

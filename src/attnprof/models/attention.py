@@ -95,7 +95,7 @@ def resolve_impls(spec: str | None, device: str, *, workload: Workload | None = 
 def _pinned(backend: str, device: str, workload: Workload | None) -> AttentionImpl:
     from torch.nn.attention import sdpa_kernel
 
-    from attnprof.audit.sdpa_checks import BACKENDS, backend_refusal
+    from attnprof.dispatch.sdpa_checks import BACKENDS, backend_refusal
 
     reason = backend_refusal(backend, workload) if workload is not None else None
     if reason is None and backend != "math" and not device.startswith("cuda") and backend != "flash":

@@ -67,7 +67,7 @@ def markdown(data: dict) -> str:
              f"Device: {data['provenance']['device']}; torch {data['provenance']['torch']}, "
              f"CUDA {data['provenance']['cuda']}, cuDNN {data['provenance']['cudnn']}; git {data['provenance']['git_sha']}  ",
              f"Fastest backend here (what SDPA picks for friendly inputs): **{data['preferred']}**. "
-             "The backend column is the aten operator each call executed (`attnprof.audit.watch`), never a guess; "
+             "The backend column is the aten operator each call executed (`attnprof.dispatch.watch`), never a guess; "
              "the reasons are PyTorch's own (`can_use_*(debug=True)` on CUDA, `_fused_sdp_choice` counterfactuals "
              "on the CPU).", ""]
     summary = (f"{len(rows)} calls: {sum(r['backend'] == data['preferred'] for r in rows)} on {data['preferred']}, "

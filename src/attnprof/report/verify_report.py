@@ -12,7 +12,7 @@ import math
 
 from rich.table import Table
 
-from attnprof.numerics.kernel import CaseResult, CaseRun
+from attnprof.numerics.kernel_level import CaseResult, CaseRun
 
 
 def ratio(r: CaseResult) -> float | None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from attnprof.numerics.compare import Agreement, Reference
+from attnprof.oracle.agreement import Agreement, Reference
 from attnprof.workload import Inputs
 
 MaskedRowsPolicy = Literal["zeros", "report"]
