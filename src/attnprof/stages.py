@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnprof.audit import explain
 from attnprof.bench.flops import tflops
 from attnprof.oracle.agreement import Reference
 from attnprof.oracle.gate import Gate, Rule
@@ -117,8 +118,6 @@ def _relative(path: Path | None, out_dir: Path) -> str | None:
 
 def _fallbacks(calls) -> list[dict]:
     """One entry per distinct SDPA fallback seen: ran, preferred, PyTorch's refusals, and the advice."""
-    from attnprof.audit import explain
-
     seen: dict[tuple, dict] = {}
     for e in explain(list(calls)):
         key = (e.backend, e.preferred, tuple(sorted(e.refusals.items())))

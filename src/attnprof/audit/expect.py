@@ -20,6 +20,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 
+from attnprof.audit.phases import group_sites
+from attnprof.audit.reasons import explain
+from attnprof.audit.regret import measure
 from attnprof.backends import SDPA_FUSED
 from attnprof.dispatch.watch import DispatchRecord, watch
 
@@ -66,8 +69,6 @@ def violates(row: dict, require: str) -> bool:
 
 def describe(calls: list[DispatchRecord]) -> str:
     """One paragraph per call: where, what ran, why the faster backends refused, what to change."""
-    from attnprof.audit.reasons import explain
-
     return "\n".join(explain(c).text() for c in calls)
 
 
@@ -104,9 +105,6 @@ def expect_fused(allow: Iterable[str] | str = ("fused",), *, min_calls: int = 1,
 
 def measured_offenders(calls: list[DispatchRecord], tolerance: float) -> list[str]:
     """One line per call site (× shape class) whose measured regret exceeds `tolerance` or could not be measured."""
-    from attnprof.audit.phases import group_sites
-    from attnprof.audit.regret import measure
-
     sites = group_sites(calls)
     if not sites:
         return []

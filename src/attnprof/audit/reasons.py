@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from attnprof.dispatch.sdpa_checks import backend_refusal, disabled, faster_than, is_cuda
 from attnprof.dispatch.watch import DispatchRecord, watch
+from attnprof.variants.sdpa import sdpa_call
 from attnprof.workload import Workload
 
 
@@ -59,8 +60,6 @@ def explain(target: DispatchRecord | Workload | list) -> Explanation | list[Expl
 
 
 def _explain_workload(w: Workload) -> Explanation:
-    from attnprof.variants.sdpa import sdpa_call
-
     with watch(explain=False) as calls:
         sdpa_call(w.make_inputs(0))
     rec = calls[-1]

@@ -13,6 +13,7 @@ import shlex
 import sys
 
 from attnprof.commands.common import add_output_args, add_variants_arg
+from attnprof.errors import CheckFailed, UsageError
 
 REQUIRE = ("fused", "flash", "cudnn", "efficient", "cpu_flash", "preferred", "measured")
 
@@ -54,8 +55,6 @@ def register(sub) -> None:
 
 
 def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
-    from attnprof.errors import UsageError
-
     if text is None:
         return None
     try:
@@ -73,7 +72,6 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.audit.reasons import explain
     from attnprof.commands.common import emit_json, out_dir
     from attnprof.dispatch.sdpa_checks import preferred_backend
-    from attnprof.errors import CheckFailed, UsageError
     from attnprof.files import write_atomic, write_json
     from attnprof.provenance import provenance
     from attnprof.report.audit_report import markdown, print_terminal, rejected_row, rows_from_cells, rows_from_records

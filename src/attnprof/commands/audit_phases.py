@@ -12,11 +12,11 @@ import argparse
 import shlex
 import sys
 
+from attnprof.errors import CheckFailed, UsageError
+
 
 def _check(args: argparse.Namespace):
     from attnprof.audit.phases import parse_phases, parse_pin
-    from attnprof.errors import UsageError
-
     if not args.model:
         raise UsageError("--phase, --measure, --pin and --require measured audit a model's generation: add "
                          "--model PRESET|config.json")
@@ -35,7 +35,6 @@ def run_phases(args: argparse.Namespace) -> int:
     from attnprof.audit.phases import build_generator, record_phases
     from attnprof.audit.regret import Plan, fix_flag, measure
     from attnprof.commands.common import emit_json, out_dir, variants_from_args
-    from attnprof.errors import CheckFailed
     from attnprof.files import write_atomic, write_json
     from attnprof.provenance import provenance
     from attnprof.report.regret_report import markdown, print_terminal

@@ -15,6 +15,7 @@ from attnprof.commands.common import (
     variants_from_args,
     workload_from_args,
 )
+from attnprof.errors import CheckFailed, UsageError
 
 
 def register(sub) -> None:
@@ -33,7 +34,6 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnprof.errors import UsageError
     from attnprof.files import write_atomic, write_json
     from attnprof.provenance import provenance
     from attnprof.report.render import err, progress
@@ -86,7 +86,5 @@ def run(args: argparse.Namespace) -> int:
                                                    "latency_ms", "max_rel_err")} for s in data["stages"]]})
     failed = [r for r in results if r.status == "error"]
     if failed:
-        from attnprof.errors import CheckFailed
-
         raise CheckFailed("; ".join(f"{r.variant}: {r.reason}" for r in failed))
     return 0

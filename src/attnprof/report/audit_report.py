@@ -6,7 +6,7 @@ fastest backend but still ran fused is marked, with the reason of every faster b
 
 from __future__ import annotations
 
-from attnprof.report.render import md_escape, out
+from attnprof.report.render import EDGES, GAP, WIDTH, compact_table, cut, md_escape, out, say, table_width
 
 
 def _row(where: str, axis: str, envelope: str, rec, *, refusals=None, advice=None, error=None, prof=None,
@@ -114,8 +114,6 @@ def print_terminal(data: dict, *, wide: bool = False) -> None:
     with --crosscheck) in the table; each distinct "why not faster" and fix below it, numbered [n] beside the backend
     of the rows it explains. `wide`: the reasons and fixes in a column of their own, as audit.md has them."""
     from rich.markup import escape
-
-    from attnprof.report.render import EDGES, GAP, WIDTH, compact_table, cut, say, table_width
 
     rows = data["rows"]
     profiled = any(r["profiler_backend"] for r in rows)
