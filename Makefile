@@ -24,8 +24,10 @@ GPU_PY := $(if $(wildcard $(PY)),$(PY),python3)
 test-gpu:
 	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) -m pytest -q -m cuda tests/
 
+# ruff, then the layer and no-cycle contracts of pyproject.toml ([tool.importlinter]) over this checkout's src/
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
+	PYTHONPATH=src $(VENV)/bin/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) attnprof-report .pytest_cache

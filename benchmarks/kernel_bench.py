@@ -12,7 +12,7 @@ flushed before each, so the numbers are GPU time, not the host's cost of launchi
 `kernels/flash-triton/host_cost.py`); an implementation that cannot be captured is timed plainly and its row says
 so; an OOM or an error is a row with its reason). Each TFLOP/s
 stands beside SDPA auto's (ratio) and beside a bf16 8192³ matmul measured in the same run (the ceiling). A
-kernel-vs-SDPA output difference (`numerics.compare`, norm-relative) is printed per cell as a sanity check (the
+kernel-vs-SDPA output difference (`oracle.agreement`, norm-relative) is printed per cell as a sanity check (the
 real numerics check is tests/test_kernel_cuda.py against the fp64 oracle).
 
     PYTHONPATH=src python3 benchmarks/kernel_bench.py --out DIR [--causal both] [--kernel ORG/REPO@V --trust-remote-kernel]
@@ -35,7 +35,7 @@ from attnprof.bench.ceilings import measure_matmul
 from attnprof.bench.flops import tflops
 from attnprof.commands.common import add_kernel_args
 from attnprof.files import write_atomic, write_json
-from attnprof.numerics.compare import compare
+from attnprof.oracle.agreement import compare
 from attnprof.provenance import provenance
 from attnprof.run import run
 from attnprof.variants import VARIANTS, Variant, kernel_hub

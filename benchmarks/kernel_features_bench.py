@@ -3,7 +3,7 @@
 Issue 31 asks the features to run at >= 0.95x the speed of the plain path. The plain prefill call runs a Gluon
 program on sm_90; a call with a feature runs, by default, the varlen Gluon program, the one Gluon program that
 computes the features (`_features.py`), and with FLASH_TRITON_GLUON_FEATURES=0 the Triton prefill program; decode
-runs the split-KV program either way, with a switch on. This prints GPU time per call from CUDA-graph replays (`attnprof.bench.timing.time_call`) and the ratio to the
+runs the split-KV program either way, with a switch on. This prints GPU time per call from CUDA-graph replays (`attnprof.measure.timing.time_call`) and the ratio to the
 plain default call of the same shape, for prefill at 2x4096 (head dim 128, 32/8 heads; and Gemma 2's 256, 16/8),
 each feature four ways (default, `gluon varlen` named, that with `cap_bound=False`: softcap with a running max, and
 with `p_pack_alu`: P rounded to bf16 on the integer pipe), the softcap 30 case also with `cap_poly=4` (one exp2 in 4
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from attnprof.bench.timing import time_call
+from attnprof.measure.timing import time_call
 from attnprof.variants import kernel_hub
 
 REPO = Path(__file__).resolve().parents[1] / "kernels" / "flash-triton"

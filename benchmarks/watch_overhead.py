@@ -1,4 +1,4 @@
-"""How much does `attnprof.audit.watch()` cost on a model forward? (target: under 3 % at a realistic shape)
+"""How much does `attnprof.dispatch.watch()` cost on a model forward? (target: under 3 % at a realistic shape)
 
 The watcher (default `hook="patch"`) replaces `F.scaled_dot_product_attention` for the block: other torch calls
 cost nothing extra; each SDPA call builds its envelope key, reuses the dispatch observed for that envelope (the
@@ -203,7 +203,7 @@ def _ablation_arms(forward, watch) -> dict:
     """Arms that each remove one part of the watcher, to see where its time goes."""
     import torch.nn.functional as F
 
-    watch_module = importlib.import_module("attnprof.audit.watch")  # the package re-exports the function as `watch`
+    watch_module = importlib.import_module("attnprof.dispatch.watch")  # the package re-exports the function as `watch`
 
     def no_callsite() -> float:
         sites = watch_module._SITES

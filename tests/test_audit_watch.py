@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnprof.audit import explain, watch
-from attnprof.audit.sdpa_checks import preferred_backend
+from attnprof.dispatch.sdpa_checks import preferred_backend
 from attnprof.workload import Workload
 
 
@@ -141,7 +141,7 @@ def test_explain_workload_on_cpu():
 def test_patch_hook_restores_sdpa_and_reuses_identical_envelopes():
     import torch.nn.functional as F
 
-    from attnprof.audit.watch import clear_cache
+    from attnprof.dispatch.watch import clear_cache
 
     original = F.scaled_dot_product_attention
     q, k, v = qkv()
@@ -162,7 +162,7 @@ def test_a_fallback_call_is_also_observed_once_per_envelope():
     (Found on the H200, where every watched call fell back and was observed afresh: ~80 µs each.)"""
     import torch.nn.functional as F
 
-    from attnprof.audit.watch import clear_cache
+    from attnprof.dispatch.watch import clear_cache
 
     q, k, v = qkv()
     clear_cache()

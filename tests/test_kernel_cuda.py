@@ -262,7 +262,7 @@ def test_ragged_gluon_path_keeps_the_next_sequence_out(mod, layout):
 def test_timing_replays_a_captured_call(mod):
     """kernel_bench times CUDA-graph replays (GPU time, not the launch's host cost): our kernel, every program of
     it the default picks at these shapes, must be capturable (no host sync, no allocation outside the graph pool)."""
-    from attnprof.bench.timing import time_call
+    from attnprof.measure.timing import time_call
 
     for s, d, causal in ((1024, 128, True), (1000, 128, False), (1024, 64, True)):
         q, k, v = (torch.randn(2, s, 8, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))

@@ -38,7 +38,7 @@ SHAPES = {  # name: (B, Hq, Hkv, Sq, Sk, D, causal, mask)
 # ---------------------------------------------------------------------------------------------------------------
 def _child(out_dir: str) -> dict:
     from attnprof.cli import main
-    from attnprof.numerics.compare import Reference
+    from attnprof.oracle.agreement import Reference
     from attnprof.variants.kernel_hub import KERNEL
     from attnprof.variants.naive import plain_attention
     from attnprof.workload import Workload

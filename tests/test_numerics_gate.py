@@ -16,10 +16,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `tests.broken` as module:function specs
 
 from attnprof.numerics.cases import default_cases  # noqa: E402
-from attnprof.numerics.compare import compare, valid_rows_of  # noqa: E402
-from attnprof.numerics.gate import Rule, judge  # noqa: E402
-from attnprof.numerics.kernel import verify_kernels  # noqa: E402
-from attnprof.numerics.scale import scale_direction, scale_error  # noqa: E402
+from attnprof.numerics.kernel_level import verify_kernels  # noqa: E402
+from attnprof.oracle.agreement import compare, valid_rows_of  # noqa: E402
+from attnprof.oracle.gate import Rule, judge  # noqa: E402
+from attnprof.oracle.scale import scale_direction, scale_error  # noqa: E402
 from attnprof.variants import reference_attention, resolve_variants  # noqa: E402
 from attnprof.variants.naive import eager_attention  # noqa: E402
 from attnprof.workload import Workload  # noqa: E402

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from attnprof.numerics.compare import Reference
-from attnprof.numerics.gate import Gate
+from attnprof.oracle.agreement import Reference
+from attnprof.oracle.gate import Gate
 from attnprof.run import Status, asked_bytes, failure, run
 from attnprof.stages import run_stages
 from attnprof.variants import VARIANTS, Variant

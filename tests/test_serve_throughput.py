@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.profiler import profile
 
-from attnprof.bench.timing import percentile
 from attnprof.errors import UsageError
+from attnprof.measure.timing import percentile
 from attnprof.models import build_model
 from attnprof.serving.share import ATTENTION_RANGE, attention_scope
 from attnprof.serving.throughput import (

@@ -21,14 +21,14 @@ process, since when a function whose name contains `name` has been past its limi
 One `failure(exc)` maps an exception to its status and reason (one OOM detector, one "first line"). A variant
 that returns `None` or the wrong shape (`VariantFailed`) or calls `sys.exit` is an `error` row like one that raises;
 a `UsageError` (the user's command line, e.g. a user function with the wrong signature) and Ctrl-C propagate.
-Errors against the oracle go through `numerics.compare` (`Reference`): rows that see no key are compared apart
+Errors against the oracle go through `oracle.agreement` (`Reference`): rows that see no key are compared apart
 from the others, the same way everywhere. Whether an agreement is `lossy` is decided here when the caller passes a
 `Gate` (plain PyTorch's error in the same dtype, times k); without one a finite output is `ok`.
 
 The order inside one run: `supports()`; a first call (compilation, autotuning, lazy loads: never measured); the
 measured call (under the dispatch watcher and the CUDA peak-memory counter when asked), its output checked against
 the reference; `steps` profiled calls written as a Chrome trace; the CPU peak from that profile (or from one
-profiled call); then `reps` timed calls (`bench.timing`). Everything runs under `torch.no_grad()`.
+profiled call); then `reps` timed calls (`measure.timing`). Everything runs under `torch.no_grad()`.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from typing import Generic, TypeVar
 
 import torch
 
-from attnprof.audit.watch import DispatchRecord, watch
-from attnprof.bench.memory import cpu_peak_or_reason, cuda_peak, peak_mib
-from attnprof.bench.timing import Timing, time_call
+from attnprof.dispatch.watch import DispatchRecord, watch
 from attnprof.errors import UsageError, first_line
-from attnprof.numerics.compare import Agreement, Reference
-from attnprof.numerics.gate import Gate, Verdict
+from attnprof.measure.memory import cpu_peak_or_reason, cuda_peak, peak_mib
+from attnprof.measure.timing import Timing, time_call
+from attnprof.oracle.agreement import Agreement, Reference
+from attnprof.oracle.gate import Gate, Verdict
 from attnprof.profiling.summary import Summary
 from attnprof.variants.base import Variant, check_output
 from attnprof.workload import Inputs, Workload
@@ -302,7 +302,7 @@ def _measure(variant: Variant, workload: Workload, inputs: Inputs | None, seed: 
 
 def _nonfinite(out: torch.Tensor, inputs: Inputs) -> int:
     """NaN/Inf elements of `out` `[B, Hq, Sq, D]` in the rows that see at least one key."""
-    from attnprof.numerics.compare import valid_rows_of
+    from attnprof.oracle.agreement import valid_rows_of
 
     bad = ~torch.isfinite(out)
     rows = valid_rows_of(inputs.valid, out.shape)  # bool [B, 1, Sq] or None (every row)

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnprof.audit import explain
 from attnprof.bench.flops import tflops
-from attnprof.numerics.compare import Reference
-from attnprof.numerics.gate import Gate, Rule
+from attnprof.oracle.agreement import Reference
+from attnprof.oracle.gate import Gate, Rule
 from attnprof.profiling.causes import UNEXPECTED_ROLES
 from attnprof.profiling.summary import Summary
 from attnprof.run import Run, run
@@ -117,8 +118,6 @@ def _relative(path: Path | None, out_dir: Path) -> str | None:
 
 def _fallbacks(calls) -> list[dict]:
     """One entry per distinct SDPA fallback seen: ran, preferred, PyTorch's refusals, and the advice."""
-    from attnprof.audit import explain
-
     seen: dict[tuple, dict] = {}
     for e in explain(list(calls)):
         key = (e.backend, e.preferred, tuple(sorted(e.refusals.items())))

@@ -3,6 +3,6 @@ and the test assertion that forbids fallbacks (`expect_fused`)."""
 
 from attnprof.audit.expect import expect_fused
 from attnprof.audit.reasons import explain
-from attnprof.audit.watch import DispatchRecord, watch
+from attnprof.dispatch.watch import DispatchRecord, watch
 
 __all__ = ["watch", "explain", "expect_fused", "DispatchRecord"]

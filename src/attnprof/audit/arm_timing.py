@@ -3,7 +3,7 @@
 An arm is a way to run the call: SDPA's own choice (`sdpa`), SDPA pinned to one backend (`sdpa-flash`,
 `sdpa-efficient`, `sdpa-cudnn`, `sdpa-math`), and whatever `--variants` adds (`flex`, `kernel`, a user's
 `package.module:function`). Every measurement goes through `attnprof.run.run` (the one measurement path: refusals
-before anything runs, failures with their reason, `bench.timing` for the clock):
+before anything runs, failures with their reason, `measure.timing` for the clock):
 
 - **repeat**: the representative call replayed, one warm call, then `reps` timed calls: the cost of a call whose
   shape the backend has seen (cuDNN's plan cached);
@@ -22,7 +22,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from attnprof.audit.replay import replay
-from attnprof.audit.watch import DispatchRecord
+from attnprof.dispatch.watch import DispatchRecord
 from attnprof.run import Status, run
 from attnprof.variants.base import Variant
 from attnprof.variants.sdpa import PINNED, SDPA

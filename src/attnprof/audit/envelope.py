@@ -18,9 +18,13 @@ import torch
 import torch.nn.functional as F
 
 from attnprof.audit.reasons import advise
-from attnprof.audit.sdpa_checks import preferred_backend
-from attnprof.audit.watch import DispatchRecord, watch
+from attnprof.dispatch.sdpa_checks import preferred_backend
+from attnprof.dispatch.watch import DispatchRecord, watch
 from attnprof.errors import first_line
+from attnprof.profiling.capture import capture
+from attnprof.profiling.summary import summarize
+from attnprof.profiling.trace import load_trace
+from attnprof.variants.sdpa import sdpa_call
 from attnprof.workload import Inputs, Workload
 
 DEFAULT_HEAD_DIMS = (64, 128, 256, 59, 96, 320, 512)
@@ -109,8 +113,6 @@ def _inputs(cell: Cell, seed: int) -> Inputs:
 
 def call(cell: Cell, inputs: Inputs) -> torch.Tensor:
     """The SDPA call the cell describes: `attnprof.variants.sdpa.sdpa_call`, plus dropout when asked."""
-    from attnprof.variants.sdpa import sdpa_call
-
     if not cell.dropout:
         return sdpa_call(inputs)
     gqa = inputs.k.shape[1] != inputs.q.shape[1]
@@ -135,10 +137,6 @@ def probe(cell: Cell, seed: int = 0) -> CellResult:
 
 def crosscheck(result: CellResult, folder, seed: int = 0) -> CellResult:
     """Profile the cell once with torch.profiler and read the backend from the kernel names that ran."""
-    from attnprof.profiling.capture import capture
-    from attnprof.profiling.summary import summarize
-    from attnprof.profiling.trace import load_trace
-
     if result.status != "ok":
         return result
     inputs = _inputs(result.cell, seed)

@@ -5,7 +5,7 @@
 
 raises `AssertionError` listing every offending call (module path, envelope, the backend that ran) with PyTorch's
 reason for refusing each faster backend and what to change. It is a plain context manager, usable in any pytest
-suite; the detection comes from the aten operator each call executed (see `attnprof.audit.watch`).
+suite; the detection comes from the aten operator each call executed (see `attnprof.dispatch.watch`).
 
 A block that makes no attention call at all fails too (`min_calls=1`): a model that silently switched to a
 hand-written attention (transformers' "eager") would otherwise pass an assertion it never exercised.
@@ -20,8 +20,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 
-from attnprof.audit.watch import DispatchRecord, watch
+from attnprof.audit.phases import group_sites
+from attnprof.audit.reasons import explain
+from attnprof.audit.regret import measure
 from attnprof.backends import SDPA_FUSED
+from attnprof.dispatch.watch import DispatchRecord, watch
 
 # What `allow=` may name. "fused" is any fused kernel; "preferred" is the fastest backend of this device.
 ALLOWABLE = ("fused", "preferred", "measured", *SDPA_FUSED, "flex", "kernel", "math")
@@ -47,10 +50,25 @@ def _accepted(call: DispatchRecord, allowed: set[str]) -> bool:
     return call.backend in allowed
 
 
+def row_of(record: DispatchRecord) -> dict:
+    """A call as the row `violates` judges: what `attnprof audit` writes for a grid cell, from a recorded call."""
+    return {"backend": record.backend, "fused": record.fused, "preferred": record.preferred, "error": None}
+
+
+def violates(row: dict, require: str) -> bool:
+    """The rule of `expect_fused(allow=[require])`, on a row (an error row ran nothing, so it breaks any rule);
+    `attnprof audit --require` judges its grid rows and its recorded calls with it."""
+    if row.get("error") or row.get("rejected"):
+        return True
+    if require == "fused":
+        return not row["fused"]
+    if require == "preferred":
+        return row["backend"] != row["preferred"]
+    return row["backend"] != require
+
+
 def describe(calls: list[DispatchRecord]) -> str:
     """One paragraph per call: where, what ran, why the faster backends refused, what to change."""
-    from attnprof.audit.reasons import explain
-
     return "\n".join(explain(c).text() for c in calls)
 
 
@@ -87,9 +105,6 @@ def expect_fused(allow: Iterable[str] | str = ("fused",), *, min_calls: int = 1,
 
 def measured_offenders(calls: list[DispatchRecord], tolerance: float) -> list[str]:
     """One line per call site (× shape class) whose measured regret exceeds `tolerance` or could not be measured."""
-    from attnprof.audit.phases import group_sites
-    from attnprof.audit.regret import measure
-
     sites = group_sites(calls)
     if not sites:
         return []

@@ -11,7 +11,7 @@ Three kinds of fix, most local first:
 
 from __future__ import annotations
 
-from attnprof.audit.sdpa_checks import ranked_backends
+from attnprof.dispatch.sdpa_checks import ranked_backends
 
 _ENUM = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH",
          "cpu_flash": "FLASH_ATTENTION"}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnprof.audit.watch import DispatchRecord, watch
+from attnprof.dispatch.watch import DispatchRecord, watch
 
 
 @dataclass

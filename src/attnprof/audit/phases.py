@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from attnprof.audit.watch import DispatchRecord, watch
+from attnprof.dispatch.sdpa_checks import BACKENDS
+from attnprof.dispatch.watch import DispatchRecord, watch
 from attnprof.errors import UsageError, first_line
-from attnprof.models.features import refusal_on_forward
+from attnprof.models import padded_batch
+from attnprof.models.features import build, refusal_on_forward
 
 PHASES = ("prefill", "decode")
 SHAPE_CLASSES = ("prefill", "decode", "append")
@@ -171,8 +173,6 @@ def pinned(pins: dict[str, str]) -> Iterator[None]:
         return
     from torch.nn.attention import sdpa_kernel
 
-    from attnprof.audit.sdpa_checks import BACKENDS
-
     inner = F.scaled_dot_product_attention
 
     def pinned_sdpa(query, key, value, *args, **kwargs):
@@ -223,8 +223,6 @@ class PhaseRun:
 def build_generator(spec: str, *, device: str, dtype: str, seed: int = 0):
     """(the model of `spec` with SDPA attention, None), (None, why) when its class refuses SDPA (transformers' words),
     or a UsageError when it cannot generate."""
-    from attnprof.models.features import build
-
     try:
         model, refused = build(spec, "sdpa", dtype=dtype, device=device, seed=seed)
     except KeyError as exc:
@@ -243,8 +241,6 @@ def record_phases(model, spec: str, *, phases: tuple[str, ...], batch: int, prom
     """Run the phases under the watcher: one forward of the prompt when only prefill is asked, else a greedy
     `generate` of `new_tokens` tokens (its first forward is the prefill). Every call's operators are observed
     (`observe="every"`): a pin changes the dispatch of envelopes an earlier watch may have cached."""
-    from attnprof.models import padded_batch
-
     pins = dict(pins or {})
     device = str(next(model.parameters()).device)
     ids, mask = padded_batch(model.config, batch=batch, seq=prompt, seed=seed, device=device)

@@ -1,7 +1,7 @@
 """Why a call did not get the fastest backend, in PyTorch's own words, and what to change.
 
 `explain` turns a watched call (or a `Workload`, or a list of records) into an `Explanation`: what ran, the fastest
-backend this device offers, every faster backend's refusal (asked of SDPA's own checks, `audit.sdpa_checks`), and
+backend this device offers, every faster backend's refusal (asked of SDPA's own checks, `dispatch.sdpa_checks`), and
 `advise`'s concrete changes read from those refusals and the call's envelope.
 """
 
@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from attnprof.audit.sdpa_checks import backend_refusal, disabled, faster_than, is_cuda
-from attnprof.audit.watch import DispatchRecord, watch
+from attnprof.dispatch.sdpa_checks import backend_refusal, disabled, faster_than, is_cuda
+from attnprof.dispatch.watch import DispatchRecord, watch
+from attnprof.variants.sdpa import sdpa_call
 from attnprof.workload import Workload
 
 
@@ -59,8 +60,6 @@ def explain(target: DispatchRecord | Workload | list) -> Explanation | list[Expl
 
 
 def _explain_workload(w: Workload) -> Explanation:
-    from attnprof.variants.sdpa import sdpa_call
-
     with watch(explain=False) as calls:
         sdpa_call(w.make_inputs(0))
     rec = calls[-1]

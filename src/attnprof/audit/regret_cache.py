@@ -13,10 +13,11 @@ import json
 from pathlib import Path
 
 from attnprof.audit.arm_timing import ArmResult
-from attnprof.audit.watch import DispatchRecord
 from attnprof.bench.ceilings import cache_key, cache_path
+from attnprof.dispatch.watch import DispatchRecord
 from attnprof.errors import UsageError
 from attnprof.files import write_json
+from attnprof.provenance import _version
 
 SCHEMA = "attnprof.regret-cache/1"
 
@@ -26,8 +27,6 @@ def path() -> Path:
 
 
 def versions(device: str) -> str:
-    from attnprof.provenance import _version
-
     return f"{cache_key(device)} | triton {_version('triton')}"
 
 

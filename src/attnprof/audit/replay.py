@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from attnprof.audit.phases import effective_sq, shape_class
-from attnprof.audit.watch import DispatchRecord
+from attnprof.dispatch.watch import DispatchRecord
 from attnprof.workload import DTYPES, Inputs, Workload, dtype_name
 
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from attnprof.profiling.attribution import attribute
+from attnprof.profiling.causes import UNEXPECTED_ROLES, explain
 from attnprof.profiling.classify import ROLES, aten_name, classify_cpu
+from attnprof.profiling.names import short_name
 from attnprof.profiling.summary import step_hits
 from attnprof.profiling.trace import Step, Trace
 
@@ -76,9 +79,6 @@ def _sdpa_ops(step: Step) -> dict[str, int]:
 
 
 def analyze_step(step: Step, on_gpu: bool, origins: dict | None = None) -> StepReport:
-    from attnprof.profiling.causes import UNEXPECTED_ROLES, explain
-    from attnprof.profiling.names import short_name
-
     hits = step_hits(step, on_gpu, origins)
     causes = list(dict.fromkeys(f"{short_name(h.name)} ← {explain(h.name, h.role, h.origin).text()}"
                                 for h in hits if h.role in UNEXPECTED_ROLES))
@@ -111,8 +111,6 @@ def analyze(trace: Trace) -> TraceReport:
     if len(steps) == 1 and steps[0].name == "whole trace":
         notes.append("no step ranges (record_function 'attnprof.step.N' or a profiler schedule's ProfilerStep#N): "
                      "the whole trace is treated as one step")
-    from attnprof.profiling.attribution import attribute
-
     origins = attribute(trace)  # every kernel → the aten op that launched it
     reports = [analyze_step(s, on_gpu, origins) for s in steps]
     if not any(r.kernels for r in reports):

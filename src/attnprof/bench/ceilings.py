@@ -18,10 +18,11 @@ from typing import Any
 
 import torch
 
-from attnprof.bench.timing import time_call
 from attnprof.errors import UsageError, first_line
 from attnprof.files import write_json
+from attnprof.measure.timing import time_call
 from attnprof.provenance import device_name, provenance
+from attnprof.workload import DTYPES
 
 SCHEMA = "attnprof.ceilings/1"
 
@@ -116,8 +117,6 @@ def store(ceilings: Ceilings) -> Path:
 
 def measure_matmul(device: str, dtype: str, n: int, *, reps: int, warmup: int) -> float:
     """TFLOP/s of `n×n @ n×n` (2·n³ FLOPs), median over `reps`, cycling `ROTATE` input pairs."""
-    from attnprof.workload import DTYPES
-
     dt = DTYPES[dtype]
     # random normal, made on the device (zeros would draw less power and flatter the clock)
     pairs = [(torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt))

@@ -79,11 +79,3 @@ class InProcess:
     def close(self) -> None:
         pass
 
-
-def make_executor(ray_address: str | None, *, max_retries: int = 2) -> Executor:
-    """`None` → in-process; `"local"` → a Ray runtime started here; `"auto"` / `host:port` → a running cluster."""
-    if ray_address is None:
-        return InProcess()
-    from attnprof.bench.ray_executor import RayExecutor
-
-    return RayExecutor.connect(None if ray_address == "local" else ray_address, max_retries=max_retries)

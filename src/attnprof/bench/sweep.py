@@ -1,7 +1,7 @@
 """Variants × workloads → one results row per cell, appended as each cell finishes; resumable, OOM-tolerant.
 
 Per cell, one `run()` (attnprof.run): `supports()` first (a rejected cell is recorded with its reason and never
-runs); one call to compile and warm up, the extra memory of one call (`bench.memory`), then `time_call` (device
+runs); one call to compile and warm up, the extra memory of one call (`measure.memory`), then `time_call` (device
 events, warm-up, L2 flushed between reps) for p20/p50/p80. Every speed is placed against this device's measured
 ceilings (`ceilings.py`): TFLOP/s as % of the matmul peak of the cell's dtype, GB/s over the minimum bytes as % of
 the copy bandwidth; unknown ceilings stay unknown (null), never guessed.

@@ -13,6 +13,7 @@ import shlex
 import sys
 
 from attnprof.commands.common import add_output_args, add_variants_arg
+from attnprof.errors import CheckFailed, UsageError
 
 REQUIRE = ("fused", "flash", "cudnn", "efficient", "cpu_flash", "preferred", "measured")
 
@@ -54,8 +55,6 @@ def register(sub) -> None:
 
 
 def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
-    from attnprof.errors import UsageError
-
     if text is None:
         return None
     try:
@@ -69,10 +68,10 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
 
 def run(args: argparse.Namespace) -> int:
     from attnprof.audit.envelope import grid, run_grid
+    from attnprof.audit.expect import row_of, violates
     from attnprof.audit.reasons import explain
-    from attnprof.audit.sdpa_checks import preferred_backend
     from attnprof.commands.common import emit_json, out_dir
-    from attnprof.errors import CheckFailed, UsageError
+    from attnprof.dispatch.sdpa_checks import preferred_backend
     from attnprof.files import write_atomic, write_json
     from attnprof.provenance import provenance
     from attnprof.report.audit_report import markdown, print_terminal, rejected_row, rows_from_cells, rows_from_records
@@ -146,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         title = f"SDPA envelope grid on {device}"
     command = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     prov = provenance(device, seed=args.seed)
-    bad_rows = [r for r in rows if _violates(r, args.require)] if args.require else []
+    bad_rows = [r for r in rows if violates(r, args.require)] if args.require else []
     data = {"schema": "attnprof.audit/1", "provenance": prov, "mode": "model" if args.model else "grid",
             "title": title, "command": command, "device": device, "preferred": preferred, "model": model_json,
             "require": args.require, "violations": len(bad_rows), "rows": rows}
@@ -169,24 +168,10 @@ def run(args: argparse.Namespace) -> int:
             why = f" ({model_json['rejected']})" if model_json.get("rejected") else ""
             raise CheckFailed(f"--require {args.require}: the model made no SDPA call at all{why}")
         if bad_rows:
-            calls = [r for r in records if _violates(_row_of(r), args.require)]
+            calls = [r for r in records if violates(row_of(r), args.require)]
             detail = "\n".join(e.text() for e in (explain(c) for c in calls)) if calls else ""
             errors = [f"{r['where']}: {r['error']}" for r in bad_rows if r.get("error")]
             raise CheckFailed(f"--require {args.require}: {len(bad_rows)} of {len(rows)} call(s) broke the rule\n"
                               + "\n".join(filter(None, [detail, *errors])))
     return 0
 
-
-def _row_of(record) -> dict:
-    return {"backend": record.backend, "fused": record.fused, "preferred": record.preferred, "error": None}
-
-
-def _violates(row: dict, require: str) -> bool:
-    """The rule of `expect_fused(allow=[require])`, on a row (an error row ran nothing, so it breaks any rule)."""
-    if row.get("error") or row.get("rejected"):
-        return True
-    if require == "fused":
-        return not row["fused"]
-    if require == "preferred":
-        return row["backend"] != row["preferred"]
-    return row["backend"] != require

@@ -12,11 +12,11 @@ import argparse
 import shlex
 import sys
 
+from attnprof.errors import CheckFailed, UsageError
+
 
 def _check(args: argparse.Namespace):
     from attnprof.audit.phases import parse_phases, parse_pin
-    from attnprof.errors import UsageError
-
     if not args.model:
         raise UsageError("--phase, --measure, --pin and --require measured audit a model's generation: add "
                          "--model PRESET|config.json")
@@ -35,7 +35,6 @@ def run_phases(args: argparse.Namespace) -> int:
     from attnprof.audit.phases import build_generator, record_phases
     from attnprof.audit.regret import Plan, fix_flag, measure
     from attnprof.commands.common import emit_json, out_dir, variants_from_args
-    from attnprof.errors import CheckFailed
     from attnprof.files import write_atomic, write_json
     from attnprof.provenance import provenance
     from attnprof.report.regret_report import markdown, print_terminal
@@ -109,7 +108,7 @@ def run_phases(args: argparse.Namespace) -> int:
 
 def _broken(require: str | None, calls, regrets) -> list[str]:
     """One line per site (measured) or per distinct offending call (backend rules) that breaks `require`."""
-    from attnprof.commands.audit import _row_of, _violates
+    from attnprof.audit.expect import row_of, violates
     from attnprof.report.render import fmt
 
     if not require:
@@ -127,7 +126,7 @@ def _broken(require: str | None, calls, regrets) -> list[str]:
         return lines
     seen: dict[str, int] = {}
     for c in calls:
-        if _violates(_row_of(c), require):
+        if violates(row_of(c), require):
             label = f"{c.where}: {c.envelope()} ran {c.backend}"
             seen[label] = seen.get(label, 0) + 1
     return [f"{label} (×{n})" for label, n in seen.items()]

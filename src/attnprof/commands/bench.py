@@ -52,7 +52,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnprof.bench.executor import make_executor
+    from attnprof.bench.executor_choice import make_executor
     from attnprof.bench.spec import split_list
     from attnprof.errors import UsageError
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from attnprof.commands.common import add_output_args, emit_json, out_dir
+from attnprof.errors import UsageError
 
 
 def register(sub) -> None:
@@ -23,7 +24,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from attnprof.bench.ceilings import cache_key, cache_path, get_ceilings, measure_ceilings, store
-    from attnprof.errors import UsageError
     from attnprof.files import write_json
     from attnprof.report.render import WIDTH, err, fmt, out, say
     from attnprof.workload import resolve_device

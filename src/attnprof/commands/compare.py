@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from attnprof.commands.common import add_output_args, emit_json, out_dir
+from attnprof.errors import CheckFailed, UsageError
 
 
 def register(sub) -> None:
@@ -32,7 +33,6 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnprof.bench.compare import MAX_SPREAD, compare
     from attnprof.bench.results import read_results, results_path
-    from attnprof.errors import CheckFailed, UsageError
     from attnprof.files import write_json
     from attnprof.provenance import provenance
     from attnprof.report.bench_tables import print_pairs

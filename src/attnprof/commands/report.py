@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from attnprof.commands.common import emit_json
+from attnprof.errors import UsageError
 
 
 def register(sub) -> None:
@@ -20,7 +21,6 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnprof.bench.results import read_results, results_path, with_speedups
-    from attnprof.errors import UsageError
     from attnprof.report.html import write_report
     from attnprof.report.render import err
 

@@ -15,6 +15,7 @@ from attnprof.commands.common import (
     variants_from_args,
     workload_from_args,
 )
+from attnprof.errors import CheckFailed, UsageError
 
 
 def register(sub) -> None:
@@ -33,11 +34,11 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnprof.errors import UsageError
     from attnprof.files import write_atomic, write_json
     from attnprof.provenance import provenance
     from attnprof.report.render import err, progress
-    from attnprof.report.stages_report import markdown, print_terminal, results_json
+    from attnprof.report.stages_report import markdown, results_json
+    from attnprof.report.stages_terminal import print_terminal
     from attnprof.stages import run_stages
 
     if args.steps < 1 or args.reps < 20:
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     data["third_party_warnings"] = captured()  # what torch and friends warned, instead of printed raw
     write_json(folder / "results.json", data)
     write_atomic(folder / "report.md", markdown(results, workload.label(), note, command, prov))
-    print_terminal(results, workload.label(), note, workload.device.startswith("cuda"), wide=args.wide)
+    print_terminal(results, workload.label(), workload.device.startswith("cuda"), wide=args.wide)
     from attnprof.files import commit_folder
 
     folder = commit_folder(folder)  # complete: renamed from its temporary name
@@ -85,7 +86,5 @@ def run(args: argparse.Namespace) -> int:
                                                    "latency_ms", "max_rel_err")} for s in data["stages"]]})
     failed = [r for r in results if r.status == "error"]
     if failed:
-        from attnprof.errors import CheckFailed
-
         raise CheckFailed("; ".join(f"{r.variant}: {r.reason}" for r in failed))
     return 0

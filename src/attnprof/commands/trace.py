@@ -12,6 +12,7 @@ import argparse
 import re
 
 from attnprof.commands.common import add_output_args
+from attnprof.errors import UsageError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -28,8 +29,6 @@ def register(sub) -> None:
 
 
 def parse_size(text: str) -> int:
-    from attnprof.errors import UsageError
-
     m = _SIZE.match(text or "")
     if not m:
         raise UsageError(f"--max-bytes {text!r}: want a size like 2G, 500M or 1048576")

@@ -58,7 +58,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnprof.bench.executor import make_executor
+    from attnprof.bench.executor_choice import make_executor
     from attnprof.errors import UsageError
 
     if args.ray is not None and (args.level == "model" or (args.level is None and args.model)):
@@ -81,9 +81,9 @@ def _run(args: argparse.Namespace, executor) -> int:
     from attnprof.commands.common import kernel_from_args
     from attnprof.errors import CheckFailed, UsageError
     from attnprof.files import write_atomic, write_json
-    from attnprof.numerics.gate import Rule
-    from attnprof.numerics.model import ModelRule
+    from attnprof.numerics.model_level import ModelRule
     from attnprof.numerics.verify import SCHEMA, dtypes_for
+    from attnprof.oracle.gate import Rule
     from attnprof.provenance import provenance
     from attnprof.report.render import err
     from attnprof.report.verify_report import markdown

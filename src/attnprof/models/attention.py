@@ -31,9 +31,12 @@ from dataclasses import dataclass
 
 import torch
 
+from attnprof.dispatch.sdpa_checks import BACKENDS, backend_refusal
 from attnprof.errors import UsageError
 from attnprof.models.kernel_cache import kernel_over_cache, register_cache_kernel
 from attnprof.variants.base import Variant, check_output
+from attnprof.variants.kernel_hub import DEFAULT, kernel_variant, load
+from attnprof.variants.user import load_user_variant
 from attnprof.workload import DTYPES, Inputs, Workload
 
 PINNED = ("flash", "efficient", "cudnn", "math")
@@ -68,9 +71,6 @@ def resolve_impls(spec: str | None, device: str, *, workload: Workload | None = 
     `workload` (the model's attention call, `models.attention_workload`) lets a pinned SDPA backend and every
     variant be refused up front with its own reason. `kernel` is the parsed `--kernel` (default flash-triton).
     """
-    from attnprof.variants.kernel_hub import DEFAULT, kernel_variant
-    from attnprof.variants.user import load_user_variant
-
     names = [n.strip() for n in spec.split(",") if n.strip()] if spec else list(KNOWN)
     if not names:
         raise UsageError("the list of attention implementations is empty; known: " + ", ".join(KNOWN))
@@ -94,8 +94,6 @@ def resolve_impls(spec: str | None, device: str, *, workload: Workload | None = 
 
 def _pinned(backend: str, device: str, workload: Workload | None) -> AttentionImpl:
     from torch.nn.attention import sdpa_kernel
-
-    from attnprof.audit.sdpa_checks import BACKENDS, backend_refusal
 
     reason = backend_refusal(backend, workload) if workload is not None else None
     if reason is None and backend != "math" and not device.startswith("cuda") and backend != "flash":
@@ -196,8 +194,6 @@ def _cache_kernel(variant: Variant):
     spec = getattr(variant.fn, "kernel_spec", None)
     if variant.family != "kernel" or spec is None:
         return None
-    from attnprof.variants.kernel_hub import load
-
     module = load(spec)
     if not callable(getattr(module, "flash_attn_with_kvcache", None)):
         return None

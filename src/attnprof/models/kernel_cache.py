@@ -26,9 +26,9 @@ def kernel_over_cache(module, name: str, query: torch.Tensor, key: torch.Tensor,
     not). In eager calls it is checked first and a mask that is not refused with a ValueError. Inside a compiled graph
     nothing can be raised from a value on the device (a CUDA graph replays without the host), so the same check runs
     on the device and the rows of a sequence whose mask is not one range come out NaN: never a silent wrong answer,
-    and the serve loops' finiteness checks turn it into an error row. Any batch size compiles to one graph. (A compiled
-    batch > 1 used to raise here: a graph break in every layer, then the cache update recompiled per layer past
-    dynamo's limit and the step ran unfused, 0.25x SDPA at batch 16 on the H200; issue 30.)"""
+    and the serve loops' finiteness checks turn it into an error row. Any batch size compiles to one graph: raising
+    here would break the graph in every layer, recompile the cache update per layer past dynamo's limit and run the
+    step unfused (0.25x SDPA at batch 16 on the H200)."""
     sq = query.shape[2]
     if mask.shape[1] != 1:
         raise ValueError(f"{name}: a per-head mask is not a KV-cache range")

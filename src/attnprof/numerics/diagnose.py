@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnprof.numerics.compare import Agreement, compare
+from attnprof.oracle.agreement import Agreement, compare
 from attnprof.variants import reference_attention
 from attnprof.workload import Inputs, Workload
 
@@ -24,7 +24,7 @@ _MATCH = 0.35  # an alternative explains the output when its error is below this
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor, rows: torch.Tensor | None) -> float:
-    """norm-relative error over valid rows (NaN → inf): `numerics.compare`'s, the one there is."""
+    """norm-relative error over valid rows (NaN → inf): `oracle.agreement`'s, the one there is."""
     return compare(out, ref, dtype="fp64", valid_rows=rows).norm_rel
 
 

@@ -1,8 +1,8 @@
 """`attnprof verify` as a library call: which dtypes and cases, the kernel level, the model level, verify.json.
 
-Kernel level: every variant × case through `numerics.kernel.verify_kernels` (the gate), summarised per variant.
+Kernel level: every variant × case through `numerics.kernel_level.verify_kernels` (the gate), summarised per variant.
 naive and inplace are plain PyTorch, the gate's own baseline: they are left out with a note, never compared with
-themselves. Model level: `numerics.model.verify_model` on a preset with the implementations of
+themselves. Model level: `numerics.model_level.verify_model` on a preset with the implementations of
 `models.attention`, each refused up front for the model's left-padded attention call. Each level returns its
 `attnprof.verify/1` block and the one-line failures that make the command exit 1.
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from attnprof.errors import UsageError
 from attnprof.kinds import VERIFY_VARIANTS
 from attnprof.numerics.cases import Case, default_cases
-from attnprof.numerics.gate import Rule
-from attnprof.numerics.kernel import CaseRun, verify_kernels
+from attnprof.numerics.kernel_level import CaseRun, verify_kernels
+from attnprof.oracle.gate import Rule
 from attnprof.variants.base import Variant
 from attnprof.workload import Workload, check_runs_here, dtype_name
 
@@ -108,15 +108,15 @@ def variant_summary(runs: list[CaseRun]) -> dict[str, dict]:
 def model_level(preset: str, impls_spec: str, device: str, dtypes: Sequence[str], *, seed: int, rule, batch: int,
                 seq: int, decode_tokens: int, kernel=None,
                 on_step: Callable[[str], None] | None = None) -> tuple[dict, list[str]]:
-    """The model gate (`numerics.model`) with the implementations `impls_spec` names; its dict and failures."""
+    """The model gate (`numerics.model_level`) with the implementations `impls_spec` names; its dict and failures."""
     from attnprof.models import attention_workload
     from attnprof.models.attention import resolve_impls
     from attnprof.models.features import refuse_not_taken
-    from attnprof.numerics.model import verify_model
+    from attnprof.numerics.model_level import verify_model
 
     def impls(dtype, config):
         w = attention_workload(config, batch=batch, seq=seq, dtype=dtype, device=device,
-                               mask="pad-left")  # the left-padded batch of numerics.model
+                               mask="pad-left")  # the left-padded batch of numerics.model_level
         return refuse_not_taken(resolve_impls(impls_spec, device, workload=w, kernel=kernel), config)
 
     resolve_impls(impls_spec, device, kernel=kernel)  # unknown names, bad user functions: before the model is built

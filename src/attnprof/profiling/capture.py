@@ -18,7 +18,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from attnprof.profiling.trace import STEP_PREFIX
-from attnprof.stderr import capture_fd2
+from attnprof.stderr import capture_fd2, noise_line
 
 
 def capture(step_fn: Callable[[], object], trace_path: Path, *, device: str, steps: int = 5, warmup: int = 3) -> Path:
@@ -58,8 +58,6 @@ def _without_kineto_chatter() -> Iterator[None]:
     """Kineto's C++ prints `USDT: … profiler_start` lines on fd 2 at every start and stop; keep everything else."""
     with capture_fd2() as lines:
         yield
-    from attnprof.stderr import noise_line
-
     kept = [line for line in lines if not _CHATTER.match(line) and not noise_line(line, "profiler")]
     if kept:
         sys.stderr.write("\n".join(kept) + "\n")

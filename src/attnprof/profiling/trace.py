@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnprof.errors import UsageError
+from attnprof.validate import event_times
 
 STEP_PREFIX = "attnprof.step."
 DEFAULT_MAX_BYTES = 2 * 2**30  # a bigger trace is refused before reading: say so, don't swap
@@ -103,8 +104,6 @@ def load_trace(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Trace
 
 
 def _event(raw: dict, index: int = 0, path: Path | str = "trace") -> Event:
-    from attnprof.validate import event_times
-
     args = raw.get("args") if isinstance(raw.get("args"), dict) else {}
     ts, dur = event_times(raw, index, path)  # a NaN or string duration is a corrupt trace (exit 2), not a 0
     return Event(name=str(raw.get("name", "")), cat=str(raw.get("cat", "")), ts=ts, dur=dur, args=args,

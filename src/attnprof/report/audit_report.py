@@ -6,7 +6,7 @@ fastest backend but still ran fused is marked, with the reason of every faster b
 
 from __future__ import annotations
 
-from attnprof.report.render import md_escape, out
+from attnprof.report.render import EDGES, GAP, WIDTH, compact_table, cut, md_escape, out, say, table_width
 
 
 def _row(where: str, axis: str, envelope: str, rec, *, refusals=None, advice=None, error=None, prof=None,
@@ -67,7 +67,7 @@ def markdown(data: dict) -> str:
              f"Device: {data['provenance']['device']}; torch {data['provenance']['torch']}, "
              f"CUDA {data['provenance']['cuda']}, cuDNN {data['provenance']['cudnn']}; git {data['provenance']['git_sha']}  ",
              f"Fastest backend here (what SDPA picks for friendly inputs): **{data['preferred']}**. "
-             "The backend column is the aten operator each call executed (`attnprof.audit.watch`), never a guess; "
+             "The backend column is the aten operator each call executed (`attnprof.dispatch.watch`), never a guess; "
              "the reasons are PyTorch's own (`can_use_*(debug=True)` on CUDA, `_fused_sdp_choice` counterfactuals "
              "on the CPU).", ""]
     summary = (f"{len(rows)} calls: {sum(r['backend'] == data['preferred'] for r in rows)} on {data['preferred']}, "
@@ -117,8 +117,6 @@ def print_terminal(data: dict, *, wide: bool = False) -> None:
     with --crosscheck) in the table; each distinct "why not faster" and fix below it, numbered [n] beside the backend
     of the rows it explains. `wide`: the reasons and fixes in a column of their own, as audit.md has them."""
     from rich.markup import escape
-
-    from attnprof.report.render import EDGES, GAP, WIDTH, compact_table, cut, say, table_width
 
     rows = data["rows"]
     profiled = any(r["profiler_backend"] for r in rows)

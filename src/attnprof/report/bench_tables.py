@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnprof.bench.results import gpu_kind
-from attnprof.report.render import fmt
+from attnprof.report.render import compact_table, cut, fit_columns, fmt, left_out, out, say
 
 HEADERS = ["variant", "workload", "status", "p50 ms", "p20–p80 ms", "TFLOP/s", "% matmul peak", "GB/s (min bytes)",
            "% copy peak", "peak MiB", "× naive", "× sdpa", "reason"]
@@ -138,8 +138,6 @@ def print_terminal(rows: list[dict], where: str, *, wide: bool = False) -> None:
     names, the reasons below the table); `wide` prints every column."""
     from rich.table import Table
 
-    from attnprof.report.render import compact_table, cut, left_out, out, say
-
     headers, body = table(rows)
     style = {"oom": "red", "error": "red", "failed": "red", "rejected": "yellow"}
     if wide:
@@ -150,8 +148,6 @@ def print_terminal(rows: list[dict], where: str, *, wide: bool = False) -> None:
             grid.add_row(*cells_, style=style.get(r["status"]))
         out.print(grid)
     else:
-        from attnprof.report.render import fit_columns
-
         short = [SHORT.get(h, h) for h in headers]
         names, compact, hidden = fit_columns(short, [c[:-1] + [""] for c in body], COMPACT,
                                              cuts={"variant": 16, "workload": 26, "GPU": 10})
@@ -174,9 +170,6 @@ def print_pairs(pairs, path_a, path_b, rows_a: list[dict], rows_b: list[dict], *
     GPU column when a file spans several GPU kinds (each kind compared with itself). By default it fits 80 columns:
     p50s only, and the why of every verdict but "same" below the table; `wide` prints every column."""
     from rich.table import Table
-
-    from attnprof.bench.results import gpu_kind
-    from attnprof.report.render import compact_table, cut, fit_columns, out, say
 
     dev = lambda rows: ", ".join(dict.fromkeys(gpu_kind(r) for r in rows)) or None  # noqa: E731
     per_kind = any(p.kind for p in pairs)

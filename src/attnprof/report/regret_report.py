@@ -7,7 +7,18 @@ first-call and repeat times so the verdict can be checked by eye.
 
 from __future__ import annotations
 
-from attnprof.report.render import env_note, fmt, md_escape, md_table, out, say
+from attnprof.report.render import (
+    compact_table,
+    cut,
+    env_note,
+    fit_columns,
+    fmt,
+    left_out,
+    md_escape,
+    md_table,
+    out,
+    say,
+)
 
 
 def _ran(site: dict) -> str:
@@ -105,8 +116,6 @@ def print_terminal(data: dict, *, wide: bool = False) -> None:
     the fixes below the table; `wide`: every column, the fixes in it)."""
     from rich.markup import escape
     from rich.table import Table
-
-    from attnprof.report.render import compact_table, cut, fit_columns, left_out
 
     if data.get("rejected"):
         say(f"No SDPA call ran: the model refused attn_implementation=\"sdpa\" ({data['rejected']})",

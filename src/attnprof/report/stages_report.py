@@ -16,7 +16,7 @@ HEADERS = ["stage", "status", "kernels/step", "GPU ms/step", "latency ms p50 (p2
            "peak MiB", "rel err vs fp64", "backend"]
 
 
-def _ran(r: StageResult) -> bool:
+def ran(r: StageResult) -> bool:
     """It ran and was measured (ok or lossy): its numbers are printed."""
     return r.status.ran and r.summary is not None and r.timing is not None
 
@@ -25,7 +25,7 @@ def status_text(r: StageResult) -> str:
     """`ok`, `ok, lossy ×45` (error vs fp64 45× plain PyTorch's in the same dtype), or the status itself."""
     if r.lossy_factor is not None:
         return f"ok, lossy ×{r.lossy_factor:.0f}" if r.lossy_factor >= 10 else f"ok, lossy ×{r.lossy_factor:.1f}"
-    return "ok" if _ran(r) else str(r.status.value)
+    return "ok" if ran(r) else str(r.status.value)
 
 
 def lossy_line(r: StageResult) -> str | None:
@@ -36,8 +36,8 @@ def lossy_line(r: StageResult) -> str | None:
             f"see `attnprof verify --variants {r.variant}`")
 
 
-def _row(r: StageResult) -> list[str]:
-    if not _ran(r):
+def wide_row(r: StageResult) -> list[str]:
+    if not ran(r):
         return [r.variant, str(r.status.value), "", "", "", "", "", "", "", r.reason or ""]
     s, t = r.summary, r.timing
     return [r.variant, status_text(r), fmt(s.kernels_per_step, "g"), fmt(s.gpu_ms_per_step, ".4f"),
@@ -55,14 +55,6 @@ def kernel_lines(r: StageResult, width: int = 60) -> list[tuple[str, str, str, s
     return rows
 
 
-def print_terminal(results: list[StageResult], workload_label: str, note: str, on_gpu: bool, *,
-                   wide: bool = False) -> None:
-    """The terminal view (`report/stages_terminal.py`); the workload note was printed by the command already."""
-    from attnprof.report.stages_terminal import print_terminal as show
-
-    show(results, workload_label, on_gpu, wide=wide)
-
-
 def markdown(results: list[StageResult], workload_label: str, note: str, command: str, provenance: dict) -> str:
     parts = [f"# attnprof stages — {workload_label}", "",
              f"Made by `{command}` on {provenance['device']} (torch {provenance['torch']}, CUDA {provenance['cuda']}, "
@@ -70,9 +62,9 @@ def markdown(results: list[StageResult], workload_label: str, note: str, command
              f"seed {provenance['seed']}).", "", note, ""]
     if env_note(provenance):
         parts += [env_note(provenance), ""]
-    parts += [md_table(HEADERS, [_row(r) for r in results]), ""]
+    parts += [md_table(HEADERS, [wide_row(r) for r in results]), ""]
     for r in results:
-        if not _ran(r):
+        if not ran(r):
             continue
         parts += [f"## {r.variant}", "", md_table(["per step", "role", "µs/step", "kernel", "launched by"],
                                                   [list(x) for x in kernel_lines(r, width=80)]), ""]
@@ -95,7 +87,7 @@ def dispatch_lines(result: StageResult) -> list[str]:
 
 def deltas(results: list[StageResult]) -> list[str]:
     """Stage-to-stage changes in words, each ok stage against the previous ok one."""
-    ok = [r for r in results if _ran(r)]
+    ok = [r for r in results if ran(r)]
     lines = []
     base = ok[0] if ok else None
     for prev, cur in zip(ok, ok[1:], strict=False):

@@ -15,6 +15,16 @@ from rich import box
 from rich.table import Table
 
 from attnprof.report.render import fmt, out
+from attnprof.report.stages_report import (
+    HEADERS,
+    deltas,
+    dispatch_lines,
+    kernel_lines,
+    lossy_line,
+    ran,
+    status_text,
+    wide_row,
+)
 from attnprof.stages import StageResult
 
 WIDTH = 80
@@ -32,12 +42,10 @@ def _say(text: str, *, wide: bool, indent: str = "  ", style: str | None = None)
 
 
 def compact_rows(results: list[StageResult], on_gpu: bool) -> tuple[list[str], list[list[str]]]:
-    from attnprof.report.stages_report import _ran, status_text
-
     headers = ["stage", "status", "kernels", "p50 ms"] + (["GPU ms"] if on_gpu else []) + ["err/fp64", "backend"]
     rows = []
     for r in results:
-        if not _ran(r):
+        if not ran(r):
             rows.append([_cut(r.variant, 14), str(r.status.value)] + [""] * (len(headers) - 2))
             continue
         s = r.summary
@@ -50,10 +58,8 @@ def compact_rows(results: list[StageResult], on_gpu: bool) -> tuple[list[str], l
 
 
 def print_terminal(results: list[StageResult], workload_label: str, on_gpu: bool, *, wide: bool = False) -> None:
-    from attnprof.report.stages_report import HEADERS, _ran, _row, deltas, dispatch_lines, kernel_lines, lossy_line
-
     if wide:
-        headers, rows = HEADERS, [_row(r) for r in results]
+        headers, rows = HEADERS, [wide_row(r) for r in results]
     else:
         headers, rows = compact_rows(results, on_gpu)
     table = Table(title=_cut(f"attnprof stages — {workload_label}", WIDTH), box=box.SIMPLE_HEAD, pad_edge=False,
@@ -64,13 +70,13 @@ def print_terminal(results: list[StageResult], workload_label: str, on_gpu: bool
         table.add_row(*row, style=None if r.status == "ok" else "yellow")
     out.print(table)
     for r in results:
-        if not _ran(r):
+        if not ran(r):
             _say(f"{r.variant} {r.status.value}: {r.reason or 'no reason given'}", wide=wide, indent="",
                  style="yellow")
     unit = "kernel" if on_gpu else "aten op"
     name_width = 80 if wide else 30
     for r in results:
-        if not _ran(r):
+        if not ran(r):
             continue
         out.print(f"\n[bold]{r.variant}[/bold]: {fmt(r.summary.kernels_per_step, 'g')} {unit}s per step")
         for per, role, us, name, op in kernel_lines(r, width=name_width):

@@ -12,7 +12,8 @@ import math
 
 from rich.table import Table
 
-from attnprof.numerics.kernel import CaseResult, CaseRun
+from attnprof.numerics.kernel_level import CaseResult, CaseRun
+from attnprof.report.render import column_blocks, compact_table, out, say
 
 
 def ratio(r: CaseResult) -> float | None:
@@ -59,8 +60,6 @@ def kernel_table(runs: list[CaseRun], dtype: str) -> Table:
 
 def compact_kernel_tables(runs: list[CaseRun], dtype: str) -> None:
     """`kernel_table` in 80 columns: the cases in blocks, each repeating the variant column; nothing wraps."""
-    from attnprof.report.render import column_blocks, compact_table, out, say
-
     mine = [r for r in runs if r.case.workload.dtype == dtype]
     names = list(dict.fromkeys(r.variant for run in mine for r in run.results))
     headers = ["variant", *(run.case.name for run in mine)]
@@ -75,8 +74,6 @@ def compact_kernel_tables(runs: list[CaseRun], dtype: str) -> None:
 def print_model_level(model: dict, *, wide: bool = False) -> None:
     """The model level's table (its title a sentence above it by default) and, below it, each reason of a row that
     did not pass, once per implementation and reason (a refusal in transformers' words included)."""
-    from attnprof.report.render import out, say
-
     if not wide:
         say(f"model level: {model['preset']}, left-padded batch {model['batch']}×{model['seq']}, vs eager fp32 on "
             f"{model['valid_positions']} valid positions", style="bold")
@@ -91,8 +88,6 @@ def print_model_level(model: dict, *, wide: bool = False) -> None:
 
 def model_table(model: dict, *, wide: bool = False) -> Table:
     """The model level's table; by default in 80 columns (short headers, no box), `wide`: the full one."""
-    from attnprof.report.render import compact_table
-
     title = (f"model level: {model['preset']}, left-padded batch {model['batch']}×{model['seq']}, "
              f"vs eager fp32 on {model['valid_positions']} valid positions")
     cols = ("impl", "dtype", "status", "max |Δ logits|", "mean KL", "top-1", "greedy prefix")
@@ -211,15 +206,11 @@ def print_kernel_level(level: dict, runs: list[CaseRun], *, wide: bool = False) 
     (its first failure and hint) or rejected one."""
     from rich.console import Group
 
-    from attnprof.report.render import out
-
     if wide:
         out.print(Group(*(kernel_table(runs, d) for d in level["dtypes"])))
     else:
         for d in level["dtypes"]:
             compact_kernel_tables(runs, d)
-    from attnprof.report.render import say
-
     for name, s in level["summary"].items():
         if s["status"] == "fail":
             f = s["failures"][0]

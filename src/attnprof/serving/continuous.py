@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnprof.bench.timing import percentile
 from attnprof.errors import UsageError, first_line
+from attnprof.measure.timing import percentile
 from attnprof.serving.requests import Request
 
 # attention implementation → the name transformers' paged path knows it by, newest spelling first

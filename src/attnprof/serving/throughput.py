@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import torch
 from torch.profiler import record_function
 
-from attnprof.bench.memory import cuda_peak
-from attnprof.bench.timing import percentile, time_call
 from attnprof.errors import CheckFailed
+from attnprof.measure.memory import cuda_peak
+from attnprof.measure.timing import percentile, time_call
 from attnprof.serving.share import STEP_RANGE, Share, profile_share, profiled_share
 
 

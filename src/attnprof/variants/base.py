@@ -8,7 +8,7 @@ Every variant's callable takes `Inputs` (q `[B, Hq, Sq, D]`, k/v `[B, Hkv, Sk, D
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -51,41 +51,19 @@ class Variant:
     # None: their backend is read from what ran.
     backend: str | None = None
 
+    # How the variant travels to another process (a Ray worker): `(constructor, args)` that builds it again there,
+    # set by constructors whose functions close over objects that do not pickle (a pinned SDPA backend, a `--kernel`
+    # repo, a user's `package.module:function`). None: the variant pickles field by field.
+    recipe: tuple[Callable[..., Variant], tuple] | None = field(default=None, compare=False, repr=False)
+
     def __call__(self, inputs: Inputs) -> torch.Tensor:
         return self.fn(inputs)
 
     def __reduce_ex__(self, protocol):
-        """Registry and user (`package.module:function`) variants travel by name to another process (a Ray worker)
-        and are looked up again there, a `kernel` variant by its `KernelSpec`: their functions close over torch
-        objects that do not pickle. Any other variant pickles field by field."""
-        from attnprof.variants import VARIANTS
-
-        if VARIANTS.get(self.name) is self:
-            return _registered, (self.name,)
-        if self.family == "user" and ":" in self.name:
-            return _user, (self.name,)
-        spec = getattr(self.fn, "kernel_spec", None)  # a `kernel` variant: rebuilt from the repo it loads
-        if spec is not None:
-            return _kernel, (spec,)
+        """Rebuilt from its recipe where one is set (the constructor and its arguments), else field by field."""
+        if self.recipe is not None:
+            return self.recipe
         return super().__reduce_ex__(protocol)
-
-
-def _registered(name: str) -> Variant:
-    from attnprof.variants import VARIANTS
-
-    return VARIANTS[name]
-
-
-def _kernel(spec) -> Variant:
-    from attnprof.variants.kernel_hub import kernel_variant
-
-    return kernel_variant(spec)
-
-
-def _user(spec: str) -> Variant:
-    from attnprof.variants.user import load_user_variant
-
-    return load_user_variant(spec)
 
 
 def expand_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:

@@ -202,9 +202,10 @@ def kernel_variant(spec: KernelSpec = DEFAULT) -> Variant:
         return supports(workload, spec)
 
     run.__name__ = "kernel_attention"
-    run.kernel_spec = spec  # how the variant pickles (Variant.__reduce_ex__): by the repo it loads
+    run.kernel_spec = spec  # the repo it loads, for models/attention.py's adapter
     return Variant(name="kernel", fn=run, supports=accepts, family="kernel", backend="kernel",
-                   description=f"a fused kernel loaded through the `kernels` library: {spec.label()}")
+                   description=f"a fused kernel loaded through the `kernels` library: {spec.label()}",
+                   recipe=(kernel_variant, (spec,)))
 
 
 KERNEL = kernel_variant(DEFAULT)

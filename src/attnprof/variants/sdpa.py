@@ -4,7 +4,7 @@
 `sdpa-flash`, `sdpa-efficient`, `sdpa-cudnn` and `sdpa-math` pin one backend with `sdpa_kernel`. A pinned backend
 that cannot take the workload is rejected before it runs with PyTorch's own reason, read from
 `torch.backends.cuda.can_use_*(SDPAParams(...), debug=True)`: the same checks SDPA itself runs
-(`audit.sdpa_checks.backend_refusal`).
+(`dispatch.sdpa_checks.backend_refusal`).
 
 Causal with Sq != Sk uses `causal_lower_right` (bottom-right aligned, as FlashAttention and KV caches do): plain
 `is_causal=True` would align the diagonal top-left.
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from attnprof.audit.sdpa_checks import BACKENDS, backend_refusal
+from attnprof.dispatch.sdpa_checks import BACKENDS, backend_refusal
 from attnprof.variants.base import Accepted, Rejected, Support, Variant
 from attnprof.workload import Inputs, Workload
 
@@ -49,7 +49,7 @@ def _pinned(backend: str) -> Variant:
 
     run.__name__ = f"sdpa_{backend}"
     return Variant(name=f"sdpa-{backend}", fn=run, supports=supports, family="extra",
-                   description=f"SDPA pinned to the {backend} backend with sdpa_kernel")
+                   description=f"SDPA pinned to the {backend} backend with sdpa_kernel", recipe=(_pinned, (backend,)))
 
 
 SDPA = Variant(name="sdpa", fn=sdpa_call, family="sdpa",

@@ -83,7 +83,8 @@ def load_user_variant(spec: str) -> Variant:
 
     run.__name__ = getattr(fn, "__name__", attr)
     return Variant(name=spec, fn=run, supports=supports, family="user",
-                   description=(inspect.getdoc(fn) or "user function").splitlines()[0])
+                   description=(inspect.getdoc(fn) or "user function").splitlines()[0],
+                   recipe=(load_user_variant, (spec,)))
 
 
 def _check_signature(spec: str, fn) -> bool:

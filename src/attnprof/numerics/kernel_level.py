@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 from attnprof.bench.executor import Executor, Job
 from attnprof.numerics.cases import Case
-from attnprof.numerics.compare import Agreement, Reference
 from attnprof.numerics.diagnose import diagnose
-from attnprof.numerics.gate import MASKED_ROWS_PREFIX, Gate, Rule, Verdict
+from attnprof.oracle.agreement import Agreement, Reference
+from attnprof.oracle.gate import MASKED_ROWS_PREFIX, Gate, Rule, Verdict
 from attnprof.run import Status, recompile_limit_hits, run, unfused_since
 from attnprof.variants import Variant
 

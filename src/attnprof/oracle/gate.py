@@ -16,7 +16,7 @@ MKL than the per-head product every other implementation uses, a luck no correct
 
 The floor keeps the rule meaningful only where the baseline is not measurable: exactly or nearly 0 (fp64, tiny
 outputs). So each floor sits below what plain PyTorch reaches on every default case, and the rule is relative
-there: in fp32 plain PyTorch's norm-relative error is 2-5e-7, and the fp32 floor is 1e-7 (it was 1e-5, which set
+there: in fp32 plain PyTorch's norm-relative error is 2-5e-7, and the fp32 floor is 1e-7 (a floor of 1e-5 would set
 the limit everywhere and let a one-in-a-million bug pass). The fp32 max-abs floor, 2e-6 (about 16 fp32 rounding
 units of the default cases' largest outputs, |out| ≈ 3.5), leaves room for the max's own noise: correct backends
 reach 1.9× plain PyTorch's max abs error on some seeds while their norm-relative error stays within 1.15×.
@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from attnprof.numerics.compare import Agreement, Reference
+from attnprof.oracle.agreement import Agreement, Reference
 from attnprof.workload import Inputs
 
 MaskedRowsPolicy = Literal["zeros", "report"]

@@ -42,8 +42,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnprof.audit.sdpa_checks import preferred_backend, refusals_for_call
 from attnprof.backends import SDPA_FUSED, fused_op_backend, kernel_backend
+from attnprof.dispatch.sdpa_checks import preferred_backend, refusals_for_call
 
 _SDPA = F.scaled_dot_product_attention  # the builtin, whatever the patch hook has put in its place
 

@@ -193,7 +193,7 @@ def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base
         text = first_line(exc, typed=False)
         # a pinned SDPA backend refusing the inputs in its own words ("No available kernel") is PyTorch's dispatcher
         # refusing before anything ran: a refusal. Anything else that raised (flex failing to compile included) is a
-        # crash: `error`, a failure with its reason (issue 18: a crash is never `rejected`).
+        # crash: `error`, a failure with its reason (a crash is never `rejected`).
         refused = impl.name.startswith("sdpa-") and "No available kernel" in text
         said = forward_refusal(exc)  # transformers' attention integration refusing the call: a refusal too
         if said is not None:

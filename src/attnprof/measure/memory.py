@@ -16,6 +16,10 @@ from pathlib import Path
 
 import torch
 
+from attnprof.profiling.capture import capture
+from attnprof.profiling.summary import summarize
+from attnprof.profiling.trace import load_trace
+
 
 @dataclass
 class CudaPeak:
@@ -50,10 +54,6 @@ def peak_mib(fn: Callable[[], object], device: str) -> tuple[float | None, str |
             out = fn()
             del out
         return peak.extra_mib, None
-    from attnprof.profiling.capture import capture
-    from attnprof.profiling.summary import summarize
-    from attnprof.profiling.trace import load_trace
-
     with tempfile.TemporaryDirectory(prefix="attnprof-mem-") as tmp:
         path = capture(fn, Path(tmp) / "mem.json", device=device, steps=1, warmup=0)
         mib = summarize(load_trace(path)).peak_alloc_mib

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from attnprof.numerics.scale import scale_direction, scale_error
+from attnprof.oracle.scale import scale_direction, scale_error
 from attnprof.variants.reference import reference_attention
 from attnprof.workload import Inputs
 
