@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from attnprof.bench.timing import time_call
+from attnprof.measure.timing import time_call
 
 REPO = Path(__file__).resolve().parent
 SHAPES = [(1, 16, 1024, 64, True), (8, 16, 1024, 64, True), (1, 32, 1024, 128, True), (1, 32, 1024, 128, False),
