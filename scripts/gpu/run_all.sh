@@ -11,6 +11,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   [ -f /tmp/site/.carried ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && touch /tmp/site/.carried; }
   [ -f /tmp/site/.carried ] && export PYTHONPATH=/tmp/site
+  # nvidia-cutlass-dsl (FlashAttention-4's runtime) is a meta package whose .pth pip --target does not apply
+  [ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ] && export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 # .git does not travel to the device: the caller writes the commit here (scripts/gpu/.sha, git-ignored).

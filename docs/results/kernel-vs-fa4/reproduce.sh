@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# Our kernel beside FlashAttention-4 and SDPA (cuDNN) on one GPU, in one run, every number made by attnprof:
-# the main job's tutorial workload and a long causal prefill (`stages`), a B·S = 16k sweep at head dims 128 and 64,
-# causal and not (`bench`, CUDA events, L2 flushed, against the measured ceilings), and FA4 through the numerics gate
-# (`verify`). Needs, on the GPU machine: flash-attn-4 with its CuTe DSL runtime and `kernels` importable (README.md
-# here says how they were carried). Writes into $OUT (default: this folder).
-set -euo pipefail
-cd "$(dirname "$0")/../../.."
-OUT=${OUT:-docs/results/kernel-vs-fa4}
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-ap() { python3 -m attnprof "$@"; }
+# Regenerates docs/results/kernel-vs-fa4/ on a GPU: our kernel beside FlashAttention-4 and SDPA (cuDNN), one run,
+# every number made by attnprof: the main job's tutorial workload and a long causal prefill (`stages`), a B·S = 16k
+# sweep at head dims 128 and 64, causal and not (`bench`: CUDA events, L2 flushed, against the measured ceilings),
+# and FA4 through the numerics gate (`verify`). Needs flash-attn-4 with its CuTe DSL runtime and `kernels` importable
+# (carried as wheels: scripts/gpu/run_all.sh installs .whl/; README.md here names them).
+#   bash scripts/gpu/run_all.sh kernel-vs-fa4      (or alone: OUT=/some/dir bash docs/results/kernel-vs-fa4/reproduce.sh)
+set -u
+. scripts/gpu/lib.sh
+claim kernel-vs-fa4
 V=sdpa,kernel,flash-attn-4
-ap stages --device cuda --variants $V --out "$OUT/stages-tutorial"
-ap stages --device cuda --batch 1 --heads 16 --seq 16384 --head-dim 128 --dtype bf16 --variants $V \
-  --out "$OUT/stages-16k"
-ap bench --device cuda --variants $V --tokens 16384 --heads 16 --dtype bf16 --measure-ceilings \
-  --head-dim 128 --causal --seq 1024,2048,4096,8192,16384 --out "$OUT/bench-hd128-causal"
-ap bench --device cuda --variants $V --tokens 16384 --heads 16 --dtype bf16 \
-  --head-dim 64 --causal --seq 4096,16384 --out "$OUT/bench-hd64-causal"
-ap bench --device cuda --variants $V --tokens 16384 --heads 16 --dtype bf16 \
-  --head-dim 128 --no-causal --seq 4096,16384 --out "$OUT/bench-hd128-full"
-ap verify --device cuda --variants $V --dtype bf16 --out "$OUT/verify" || echo "verify exit $? (failures are in its report)"
+stages() {  # stages NAME ARGS...: one `attnprof stages` run -> NAME.md + NAME.json
+  local name=$1; shift
+  timeout 150 python3 -m attnprof stages --device cuda --variants $V "$@" --out "/tmp/fa4-$name" > "$dest/$name.log" 2>&1
+  echo "$name exit=$?"; tail -3 "$dest/$name.log" | cut -c1-200
+  cp "/tmp/fa4-$name/report.md" "$dest/$name.md"; cp "/tmp/fa4-$name/results.json" "$dest/$name.json"; stamp "$name"
+}
+bench() {  # bench NAME ARGS...: one `attnprof bench` sweep at B·S = 16k, 16 heads, bf16 -> NAME.md + NAME.jsonl
+  local name=$1; shift
+  timeout 240 python3 -m attnprof bench --device cuda --variants $V --tokens 16384 --heads 16 --dtype bf16 "$@" \
+    --out "/tmp/fa4-$name" > "$dest/$name.log" 2>&1
+  echo "$name exit=$?"; tail -3 "$dest/$name.log" | cut -c1-200
+  timeout 60 python3 -m attnprof report "/tmp/fa4-$name" > /dev/null 2>&1  # report.md: the table beside the ceilings
+  cp "/tmp/fa4-$name/results.jsonl" "$dest/$name.jsonl"; cp "/tmp/fa4-$name/report.md" "$dest/$name.md"
+  stamp "$name"
+}
+stages tutorial
+stages long-16k --batch 1 --heads 16 --seq 16384 --head-dim 128 --dtype bf16
+bench bench-hd128-causal --head-dim 128 --causal --seq 1024,2048,4096,8192,16384 --measure-ceilings
+bench bench-hd64-causal --head-dim 64 --causal --seq 4096,16384
+bench bench-hd128-full --head-dim 128 --no-causal --seq 4096,16384
+timeout 200 python3 -m attnprof verify --device cuda --variants $V --dtype bf16 --out /tmp/fa4-verify > "$dest/verify.log" 2>&1
+echo "verify exit=$? (a failing backend is a finding, in verify.md)"
+cp /tmp/fa4-verify/verify.md "$dest/verify.md"; cp /tmp/fa4-verify/verify.json "$dest/verify.json"; stamp verify
