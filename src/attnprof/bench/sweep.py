@@ -27,7 +27,16 @@ from typing import Any
 from attnprof.bench import flops as F
 from attnprof.bench.ceilings import Ceilings, get_ceilings, percent
 from attnprof.bench.executor import Executor, InProcess, Job
-from attnprof.bench.results import SCHEMA, append_line, by_ref, read_results, rewrite_without_tail, row_id, speedups
+from attnprof.bench.results import (
+    SCHEMA,
+    append_line,
+    by_ref,
+    read_results,
+    rewrite_without_tail,
+    row_id,
+    speedups,
+    start_file,
+)
 from attnprof.bench.spec import Cell
 from attnprof.errors import UsageError
 from attnprof.provenance import provenance
@@ -152,6 +161,8 @@ def run_sweep(cells: list[Cell], path: Path, *, seed: int = 0, reps: int = 20, w
         raise UsageError("--accelerator-type pins cells to GPU kinds of a Ray cluster; it needs --ray")
     notes: list[str] = []
     rows = _previous_rows(path, resume, notes)
+    if not path.exists():
+        start_file(path)  # a sweep killed before its first row still leaves a folder `--resume` recognises
     done = {row_id(r): r for r in rows}
     targets: Sequence[str | None] = tuple(dict.fromkeys(accelerator_types)) or (None,)
     todo = [(c, t) for c in cells for t in targets
