@@ -82,7 +82,7 @@ def _append(path: Path, data: bytes) -> None:
             if armed("row-write"):  # the fault tests: half a row on disk, as a kill inside the write leaves it
                 os.write(fd, data[: len(data) // 2])
                 os.fsync(fd)
-                pause()
+                pause("row-write")
                 data = data[len(data) // 2:]
             written = os.write(fd, data)
             if written != len(data):

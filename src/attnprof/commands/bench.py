@@ -118,7 +118,8 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
 
         summary = run_sweep(cells, path, seed=args.seed, reps=args.reps, warmup=args.warmup, ceilings=ceilings,
                             resume=args.resume, argv=None, on_cell=on_cell, executor=executor,
-                            accelerator_types=kinds, measure_ceilings=args.measure_ceilings)
+                            accelerator_types=kinds, measure_ceilings=args.measure_ceilings,
+                            on_note=lambda note: err.print(f"[yellow]{note}[/yellow]"))
         bar.update(task, completed=total, description="bench done")
     if args.results is None:
         from attnprof.files import commit_folder
@@ -126,8 +127,6 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
 
         pause_at("commit")  # the fault tests: every row written, the folder not yet under --out
         path = commit_folder(path.parent) / path.name  # complete: the folder under its name, INCOMPLETE gone
-    for note in summary.notes:
-        err.print(f"[yellow]{note}[/yellow]")
     rows = with_speedups(summary.rows)
     T.print_terminal(rows, f"{device} via Ray" if on_ray else device, wide=args.wide)
     counts = summary.counts()
@@ -156,8 +155,10 @@ def _results_file(args: argparse.Namespace) -> Path:
     --out, and --resume appends to them in place. A SIGKILLed one leaves its hidden folder, which --resume finds
     and continues (see `attnprof.files.ReportFolder`)."""
     from attnprof.files import folder_notes, lock_output
+    from attnprof.pause import pause_at
     from attnprof.report.render import err
 
+    pause_at("open")  # the fault tests: started, nothing of the output looked at yet
     if args.results is not None:
         notes = [lock_output(args.results).note]
         path = args.results
