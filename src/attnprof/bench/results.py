@@ -1,8 +1,9 @@
 """The bench results file: JSON Lines, one cell per line, appended whole as each cell finishes.
 
 A sweep can take an hour and be killed at any point, so the file is written line by line: each line goes out in
-one `write` on an `O_APPEND` descriptor and is `fsync`ed before the next cell starts; a write that fails part way
-(a full disk) is cut back off, so a reader never sees half a row. A process killed inside that one write can
+one `write` on an `O_APPEND` descriptor and is `fsync`ed before the next cell starts (a SIGTERM or Ctrl-C that
+arrives meanwhile waits for it); a write that fails part way (a full disk) is cut back off, so a reader never sees
+half a row. A process killed inside that one write can
 still leave a torn last line with no newline: `read_results` drops it (and says so), and `--resume` redoes that
 cell. Every row carries `schema` ("attnprof.bench/1") and its own `provenance`, whose `node` block says where the
 cell ran (host, process; on Ray the node and the GPU ids it was given).
