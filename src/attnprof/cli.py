@@ -1,7 +1,8 @@
 """`attnprof`: a thin argparse front. Each subcommand lives in `attnprof.commands.<name>` with `register(sub)`.
 
 Exit codes: 0 fine, 1 a check the user asked for failed (`CheckFailed`), 2 bad input (`UsageError`): one line on
-stderr (wrapped to the terminal's width when stderr is one: `stderr.say_error`), never a traceback.
+stderr (wrapped to the terminal's width when stderr is one: `stderr.say_error`), never a traceback; 130
+after Ctrl-C, 143 after SIGTERM (partial results kept as the command documents).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import importlib
 import sys
 
 from attnprof.errors import CheckFailed, UsageError
+from attnprof.interrupts import Terminated
 from attnprof.stderr import say_error
 
 # One module per subcommand, in the order `--help` lists them.
@@ -47,11 +49,18 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from attnprof.files import finish_folders
+    from attnprof.interrupts import stop_on_signals
     from attnprof.stderr import silence_exit_chatter
 
     if argv is None:
         silence_exit_chatter()  # a real process: no `nanobind: leaked …` after our last line
+    with stop_on_signals():  # SIGTERM (timeout, SLURM, Kubernetes) stops a run as Ctrl-C does
+        return _main(args)
+
+
+def _main(args) -> int:
+    from attnprof.files import finish_folders
+
     try:
         _check_lists(args)
         code = _handle(args)
@@ -65,11 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         finish_folders(ok=True)  # the report was written before the check failed; it is the evidence
         say_error(f"attnprof: check failed: {exc}")
         return CheckFailed.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         kept = finish_folders(ok=False, interrupted=True)
-        print("attnprof: interrupted" + "".join(f"; partial results kept in {p} (marked INCOMPLETE)" for p in kept),
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"attnprof: {how}" + "".join(f"; partial results kept in {p} (marked INCOMPLETE)" for p in kept),
               file=sys.stderr)
-        return 130
+        return Terminated.exit_code if isinstance(exc, Terminated) else 130
     except BaseException:
         finish_folders(ok=False)  # our bug: the traceback stays, the half-written folder does not
         raise

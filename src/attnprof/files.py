@@ -6,6 +6,7 @@ or read is one clear `UsageError` naming it.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from attnprof.errors import UsageError
+from attnprof.interrupts import critical, finishing
+from attnprof.lock import OutputLock
 
 
 def write_atomic(path: Path, text: str | bytes) -> Path:
@@ -81,16 +84,36 @@ class ReportFolder:
     interrupted run (bench rows, serve's partial rows) under `final`, with an `INCOMPLETE` file that says so;
     otherwise an interrupted run leaves nothing. `in_place`: when `final` already exists, work in it (a sweep that
     `--resume` appends to), with the `INCOMPLETE` file there until `commit()`.
+
+    `rows`: the file of finished rows (bench: `results.jsonl`). Such a folder is locked for this run (a second run
+    into it is refused, see `attnprof.lock`), and once that file holds anything it is never deleted: a run that
+    fails leaves it as a SIGKILL does, under its hidden name. `resume`: when `final` does not exist, continue in the
+    hidden folder a killed run left (`.NAME.XXXX.part` holding `rows`); without it, such a folder holding rows is
+    refused (exit 2) rather than silently started over. `notes` says what was found and done.
     """
 
-    def __init__(self, final: Path, *, keep_partial: bool = False, in_place: bool = False):
+    def __init__(self, final: Path, *, keep_partial: bool = False, in_place: bool = False, rows: str | None = None,
+                 resume: bool = False):
         self.final = Path(final)
         if self.final.name in ("", ".", ".."):  # `--out .`: a named folder, so a sibling can be made beside it
             self.final = Path(os.path.abspath(self.final))
         self.keep_partial = keep_partial
         self.made_parents: list[Path] = []
+        self.rows = rows
+        self.notes: list[str] = []
         if self.final.exists() and not self.final.is_dir():
             raise UsageError(f"--out {self.final} exists and is not a folder")
+        parent = self.final.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not os.access(parent, os.W_OK) or (self.final.is_dir() and not os.access(self.final, os.W_OK)):
+            raise UsageError(f"report folder {self.final} is not writable")
+        adopt = None
+        if rows is not None:
+            lock = lock_output(self.final)  # before anything is looked at: the folder is this run's from here
+            if lock.note:
+                self.notes.append(lock.note)
+            adopt = self._partial_to_continue(resume)
         # in place: a sweep that resumes, or an existing folder whose parent we may not write a sibling into
         self.in_place = self.final.is_dir() and (in_place or not os.access(self.final.parent, os.W_OK))
         self.forced_in_place = self.in_place and not in_place  # nothing there can be undone: a failure stays marked
@@ -99,8 +122,6 @@ class ReportFolder:
         while not parent.exists():
             missing.append(parent)
             parent = parent.parent
-        if not os.access(parent, os.W_OK) or (self.final.is_dir() and not os.access(self.final, os.W_OK)):
-            raise UsageError(f"report folder {self.final} is not writable")
         try:
             for folder in reversed(missing):
                 folder.mkdir()
@@ -109,6 +130,8 @@ class ReportFolder:
                 self.work = self.final
                 self.was_incomplete = (self.final / INCOMPLETE).exists()
                 (self.final / INCOMPLETE).write_text(_incomplete_text("is running"))
+            elif adopt is not None:
+                self.work = adopt
             else:
                 self.work = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.", suffix=".part",
                                                   dir=self.final.parent))
@@ -120,11 +143,40 @@ class ReportFolder:
             raise UsageError(f"cannot create report folder {self.final}: {exc.strerror or exc}") from None
         self.done = False
 
+    def _partial_to_continue(self, resume: bool) -> Path | None:
+        """The hidden folder of a killed run to continue (with `resume`, when `final` does not exist yet); hidden
+        folders that hold no row are removed, being this output's under its lock."""
+        found = partial_folders(self.final, self.rows)
+        with_rows = [p for p in found if (p / self.rows).stat().st_size > 0]
+        if self.final.exists():
+            if with_rows:
+                self.notes.append(f"{', '.join(map(str, with_rows))}: rows of a killed run into {self.final}, left "
+                                  f"alone because {self.final} exists (merge or remove them by hand)")
+            return None
+        if len(with_rows) > 1:
+            raise UsageError(f"{len(with_rows)} killed runs into {self.final} left rows ({', '.join(map(str, with_rows))}"
+                             "): keep the one to continue, remove the others, then add --resume")
+        if with_rows and not resume:
+            raise UsageError(f"{with_rows[0]} holds the rows of a killed run into {self.final}: add --resume to "
+                             "continue it, or remove that folder to start over")
+        for empty in (p for p in found if p not in with_rows):
+            shutil.rmtree(empty, ignore_errors=True)
+            self.notes.append(f"removed {empty}: a killed run's folder that held no rows yet")
+        if not with_rows:
+            return None
+        self.notes.append(f"--resume: continuing the run that was killed before {self.final} appeared "
+                          f"({with_rows[0].name})")
+        return with_rows[0]
+
     def commit(self) -> Path:
         """Everything written: the folder appears under its name (entries replace those of an existing folder)."""
         if self.done:
             return self.final
         self.done = True
+        with critical():  # a SIGTERM now waits until the folder is whole under its name
+            return self._commit()
+
+    def _commit(self) -> Path:
         try:
             if self.in_place:
                 (self.final / INCOMPLETE).unlink(missing_ok=True)
@@ -153,6 +205,8 @@ class ReportFolder:
             return None
         self.done = True
         keep = interrupted and self.keep_partial
+        if not keep and not self.in_place and self.rows is not None and self._holds_rows():
+            return None  # finished rows are never deleted: left where `--resume` finds them, as after a SIGKILL
         if self.in_place:
             if keep or self.was_incomplete or self.forced_in_place:
                 (self.final / INCOMPLETE).write_text(_incomplete_text("did not finish"))
@@ -167,6 +221,10 @@ class ReportFolder:
         self._remove_parents()
         return None
 
+    def _holds_rows(self) -> bool:
+        path = self.work / self.rows
+        return path.is_file() and path.stat().st_size > 0
+
     def _remove_parents(self) -> None:
         for folder in reversed(self.made_parents):
             try:
@@ -180,15 +238,40 @@ def _incomplete_text(state: str) -> str:
             "The file is removed when the run completes (`attnprof bench --resume` continues a sweep).\n")
 
 
+def partial_folders(final: Path, rows: str) -> list[Path]:
+    """The hidden work folders (`.NAME.XXXX.part` beside `final`) that hold a `rows` file: runs that were killed
+    before their folder appeared under its name. Oldest first."""
+    final = Path(os.path.abspath(final))
+    if not final.parent.is_dir():
+        return []
+    found = [p for p in final.parent.glob(f".{glob.escape(final.name)}.*.part") if (p / rows).is_file()]
+    return sorted(found, key=lambda p: p.stat().st_mtime)
+
+
 _open: list[ReportFolder] = []
+_locks: list[OutputLock] = []
 
 
-def open_folder(final: Path, *, keep_partial: bool = False, in_place: bool = False) -> Path:
+def lock_output(output: Path) -> OutputLock:
+    """Lock `output` (a folder or a results file) for this command; released when the command ends. Another live
+    run holding it is a UsageError; a lock left by a killed run is taken over (`.note` says so)."""
+    lock = OutputLock(Path(output)).acquire()
+    _locks.append(lock)
+    return lock
+
+
+def open_folder(final: Path, *, keep_partial: bool = False, in_place: bool = False, rows: str | None = None,
+                resume: bool = False) -> Path:
     """A `ReportFolder` for this command: returns the folder to write into; `commit_folder` (or the CLI, when the
     command ends without an error) completes it, and the CLI removes it on an exit-2 path or an interrupt."""
-    folder = ReportFolder(final, keep_partial=keep_partial, in_place=in_place)
+    folder = ReportFolder(final, keep_partial=keep_partial, in_place=in_place, rows=rows, resume=resume)
     _open.append(folder)
     return folder.work
+
+
+def folder_notes(work: Path) -> list[str]:
+    """What opening the folder `work` found: a stale lock taken over, a killed run's rows continued or refused."""
+    return [n for folder in _open if folder.work == Path(work) for n in folder.notes]
 
 
 def commit_folder(work: Path) -> Path:
@@ -210,12 +293,17 @@ def final_path(work: Path) -> Path:
 def finish_folders(*, ok: bool, interrupted: bool = False) -> list[Path]:
     """End of a command: commit every open folder when `ok`, else abort them; the folders kept as INCOMPLETE."""
     kept = []
-    while _open:
-        folder = _open.pop()
-        if ok:
-            folder.commit()
-        else:
-            path = folder.abort(interrupted=interrupted)
-            if path is not None:
-                kept.append(path)
+    with finishing():  # a second Ctrl-C or SIGTERM now changes nothing: the folders are being made final
+        try:
+            while _open:
+                folder = _open.pop()
+                if ok:
+                    folder.commit()
+                else:
+                    path = folder.abort(interrupted=interrupted)
+                    if path is not None:
+                        kept.append(path)
+        finally:
+            while _locks:
+                _locks.pop().release()  # after the folders are final: the next run sees them as they will stay
     return kept

@@ -183,16 +183,16 @@ class RayExecutor:
         pending = list(by_ref)
         try:
             while pending:
-                interrupted = False
+                interrupted = None
                 try:
                     ready, pending = ray.wait(pending, num_returns=1, timeout=1.0)
-                except KeyboardInterrupt:
-                    interrupted = True  # hand back what already finished, then stop
+                except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (attnprof.interrupts.Terminated)
+                    interrupted = stop  # hand back what already finished, then stop
                     ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
                 for ref in ready:
                     yield self._outcome(ref, by_ref[ref])
-                if interrupted:
-                    raise KeyboardInterrupt
+                if interrupted is not None:
+                    raise interrupted
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)

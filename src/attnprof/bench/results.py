@@ -1,8 +1,9 @@
 """The bench results file: JSON Lines, one cell per line, appended whole as each cell finishes.
 
 A sweep can take an hour and be killed at any point, so the file is written line by line: each line goes out in
-one `write` on an `O_APPEND` descriptor and is `fsync`ed before the next cell starts; a write that fails part way
-(a full disk) is cut back off, so a reader never sees half a row. A process killed inside that one write can
+one `write` on an `O_APPEND` descriptor and is `fsync`ed before the next cell starts (a SIGTERM or Ctrl-C that
+arrives meanwhile waits for it); a write that fails part way (a full disk) is cut back off, so a reader never sees
+half a row. A process killed inside that one write can
 still leave a torn last line with no newline: `read_results` drops it (and says so), and `--resume` redoes that
 cell. Every row carries `schema` ("attnprof.bench/1") and its own `provenance`, whose `node` block says where the
 cell ran (host, process; on Ray the node and the GPU ids it was given).
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from attnprof.errors import UsageError
+from attnprof.interrupts import critical
+from attnprof.pause import armed, pause
 from attnprof.validate import check_row
 
 SCHEMA = "attnprof.bench/1"
@@ -35,8 +38,41 @@ def results_path(path: Path) -> Path:
 
 
 def append_line(path: Path, row: dict[str, Any]) -> None:
-    """Append one JSON line whole, or not at all; a full disk is one clear UsageError."""
+    """Append one JSON line whole, or not at all; a full disk is one clear UsageError. A SIGTERM or Ctrl-C waits
+    until the row is on disk (`attnprof.interrupts.critical`)."""
     data = (json.dumps(row, separators=(",", ":"), default=str) + "\n").encode()
+    with critical():
+        _append(Path(path), data)
+
+
+def start_file(path: Path) -> None:
+    """Create an empty results file (and make its name durable): the sign of a sweep in its folder, rows or not."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _sync_folder(Path(path).parent)
+    except OSError as exc:
+        raise UsageError(f"cannot write results file {path}: {exc.strerror or exc}") from None
+
+
+def _sync_folder(folder: Path) -> None:
+    """fsync a folder, so a file just created in it survives a power loss (where the OS allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # a filesystem that cannot sync folders: the file's own fsync is what it offers
+    finally:
+        os.close(fd)
+
+
+def _append(path: Path, data: bytes) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as exc:
@@ -44,10 +80,17 @@ def append_line(path: Path, row: dict[str, Any]) -> None:
     try:
         before = os.fstat(fd).st_size
         try:
+            if armed("row-write"):  # the fault tests: half a row on disk, as a kill inside the write leaves it
+                os.write(fd, data[: len(data) // 2])
+                os.fsync(fd)
+                pause("row-write")
+                data = data[len(data) // 2:]
             written = os.write(fd, data)
             if written != len(data):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             os.fsync(fd)
+            if before == 0:
+                _sync_folder(path.parent)
         except OSError as exc:
             _cut_back(fd, before)
             if exc.errno == errno.ENOSPC:

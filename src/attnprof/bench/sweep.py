@@ -27,7 +27,16 @@ from typing import Any
 from attnprof.bench import flops as F
 from attnprof.bench.ceilings import Ceilings, get_ceilings, percent
 from attnprof.bench.executor import Executor, InProcess, Job
-from attnprof.bench.results import SCHEMA, append_line, by_ref, read_results, rewrite_without_tail, row_id, speedups
+from attnprof.bench.results import (
+    SCHEMA,
+    append_line,
+    by_ref,
+    read_results,
+    rewrite_without_tail,
+    row_id,
+    speedups,
+    start_file,
+)
 from attnprof.bench.spec import Cell
 from attnprof.errors import UsageError
 from attnprof.provenance import provenance
@@ -139,8 +148,10 @@ def run_sweep(cells: list[Cell], path: Path, *, seed: int = 0, reps: int = 20, w
               ceilings: Ceilings | None = None, resume: bool = False,
               on_cell: Callable[[int, int, Cell, str], None] | None = None,
               argv: list[str] | None = None, executor: Executor | None = None,
-              accelerator_types: Sequence[str] = (), measure_ceilings: bool = False) -> SweepSummary:
-    """Run every cell not yet in `path`, appending one row each. `on_cell(i, n, cell, phase)` reports progress.
+              accelerator_types: Sequence[str] = (), measure_ceilings: bool = False,
+              on_note: Callable[[str], None] | None = None) -> SweepSummary:
+    """Run every cell not yet in `path`, appending one row each. `on_cell(i, n, cell, phase)` reports progress;
+    `on_note(text)` hears what resuming found (a torn last line dropped, failed cells to redo) before any cell runs.
 
     `executor` runs the cells (default: in this process, against `ceilings`); any other executor looks the ceilings
     up where each cell runs. `accelerator_types` runs every cell once on each of those GPU kinds (Ray only).
@@ -152,6 +163,10 @@ def run_sweep(cells: list[Cell], path: Path, *, seed: int = 0, reps: int = 20, w
         raise UsageError("--accelerator-type pins cells to GPU kinds of a Ray cluster; it needs --ray")
     notes: list[str] = []
     rows = _previous_rows(path, resume, notes)
+    for note in notes if on_note else ():
+        on_note(note)
+    if not path.exists():
+        start_file(path)  # a sweep killed before its first row still leaves a folder `--resume` recognises
     done = {row_id(r): r for r in rows}
     targets: Sequence[str | None] = tuple(dict.fromkeys(accelerator_types)) or (None,)
     todo = [(c, t) for c in cells for t in targets

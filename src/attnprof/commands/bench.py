@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.bench.executor_choice import make_executor
     from attnprof.bench.spec import split_list
     from attnprof.errors import UsageError
+    from attnprof.interrupts import take_sigterm_back
 
     if args.reps < 5 or args.warmup < 0:
         raise UsageError("--reps must be >= 5 (p20/p80 of fewer are noise) and --warmup >= 0")
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is None and (kinds or args.max_retries is not None):
         raise UsageError("--accelerator-type and --max-retries are for Ray sweeps; add --ray")
     executor = make_executor(args.ray, max_retries=2 if args.max_retries is None else args.max_retries)
+    take_sigterm_back()  # `ray.init` sets its own SIGTERM handler (sys.exit), which would skip keeping the rows
     try:
         return _run(args, executor, kinds)
     finally:
@@ -96,8 +98,7 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
 
         for cell in cells:  # a cell that cannot fit is named before the sweep allocates anything
             check_workload_fits(cell.workload, [cell.variant])
-    # an interrupted sweep keeps its rows (marked INCOMPLETE) for --resume, which appends to them in place
-    path = args.results or out_dir(args, "bench", keep_partial=True, in_place=True) / "results.jsonl"
+    path = _results_file(args)
     _check_grid(path, cells, kinds, args.resume)
     if on_ray:
         ceilings = None  # each worker looks up the ceilings of the GPU it runs on
@@ -117,14 +118,15 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
 
         summary = run_sweep(cells, path, seed=args.seed, reps=args.reps, warmup=args.warmup, ceilings=ceilings,
                             resume=args.resume, argv=None, on_cell=on_cell, executor=executor,
-                            accelerator_types=kinds, measure_ceilings=args.measure_ceilings)
+                            accelerator_types=kinds, measure_ceilings=args.measure_ceilings,
+                            on_note=lambda note: err.print(f"[yellow]{note}[/yellow]"))
         bar.update(task, completed=total, description="bench done")
     if args.results is None:
         from attnprof.files import commit_folder
+        from attnprof.pause import pause_at
 
+        pause_at("commit")  # the fault tests: every row written, the folder not yet under --out
         path = commit_folder(path.parent) / path.name  # complete: the folder under its name, INCOMPLETE gone
-    for note in summary.notes:
-        err.print(f"[yellow]{note}[/yellow]")
     rows = with_speedups(summary.rows)
     T.print_terminal(rows, f"{device} via Ray" if on_ray else device, wide=args.wide)
     counts = summary.counts()
@@ -143,6 +145,30 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
 
 
 GRID_SCHEMA = "attnprof.bench-grid/1"
+RESULTS = "results.jsonl"
+
+
+def _results_file(args: argparse.Namespace) -> Path:
+    """The results file this sweep appends to, its output locked for this run (a second run into it is exit 2).
+
+    A new sweep's folder is hidden until it ends; an interrupted one keeps its rows (marked INCOMPLETE) under
+    --out, and --resume appends to them in place. A SIGKILLed one leaves its hidden folder, which --resume finds
+    and continues (see `attnprof.files.ReportFolder`)."""
+    from attnprof.files import folder_notes, lock_output
+    from attnprof.pause import pause_at
+    from attnprof.report.render import err
+
+    pause_at("open")  # the fault tests: started, nothing of the output looked at yet
+    if args.results is not None:
+        notes = [lock_output(args.results).note]
+        path = args.results
+    else:
+        work = out_dir(args, "bench", keep_partial=True, in_place=True, rows=RESULTS, resume=args.resume)
+        notes, path = folder_notes(work), work / RESULTS
+    for note in filter(None, notes):
+        err.print(f"[yellow]{note}[/yellow]")
+    return path
+
 
 
 def grid_file(path: Path) -> Path:

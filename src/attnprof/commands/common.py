@@ -95,14 +95,15 @@ def workload_from_args(args: argparse.Namespace):
     return workload, why
 
 
-def out_dir(args: argparse.Namespace, command: str, *, keep_partial: bool = False, in_place: bool = False) -> Path:
+def out_dir(args: argparse.Namespace, command: str, *, keep_partial: bool = False, in_place: bool = False,
+            **folder) -> Path:
     """The folder to write the report into: `--out` or `attnprof-report/<command>-<timestamp>/`, checked writable
     before work starts. It is a temporary sibling until the command ends well (see `attnprof.files.ReportFolder`):
     call `attnprof.files.commit_folder` before printing where the report is; an exit-2 path leaves nothing."""
     from attnprof.files import open_folder
 
     path = args.out or Path("attnprof-report") / f"{command}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-    return open_folder(Path(path), keep_partial=keep_partial, in_place=in_place)
+    return open_folder(Path(path), keep_partial=keep_partial, in_place=in_place, **folder)
 
 
 def emit_json(args: argparse.Namespace, obj: dict) -> None:

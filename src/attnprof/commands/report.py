@@ -21,6 +21,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnprof.bench.results import read_results, results_path, with_speedups
+    from attnprof.pause import pause_at
     from attnprof.report.html import write_report
     from attnprof.report.render import err
 
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise UsageError(f"{source} holds no results yet")
     folder = Path(args.out) if args.out else source.parent
+    pause_at("pictures")  # the fault tests: killed from here on, the rows stay as they are
     with err.status("drawing …"):
         paths = write_report(with_speedups(rows), folder, source.name)
     err.print(f"report: {folder}/report.html (self-contained), report.md, " +

@@ -1,0 +1,126 @@
+"""The kill-safety rules that need no second process: a real SIGTERM sent to this process after n rows, an exit-2
+error after rows, leftovers of several killed runs, a busy `--out`. Tiny CPU cells, in-process; about 5 s.
+(tests/test_faults.py kills real subprocesses.)"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from attnprof.bench.results import read_results
+from attnprof.cli import main
+from attnprof.errors import UsageError
+
+GRID = ["bench", "--device", "cpu", "--variants", "naive,sdpa", "--seq", "16,24", "--batch", "1", "--heads", "2",
+        "--head-dim", "8", "--dtype", "fp32", "--reps", "5", "--warmup", "0"]
+CELLS = 4
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ATTNPROF_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def stop_after(monkeypatch, n: int, stop) -> None:
+    """Call `stop()` once the sweep has finished `n` rows (before the next cell starts)."""
+    import attnprof.bench.sweep as sweep
+
+    real = sweep.run_sweep
+
+    def run_sweep(cells, path, **kw):
+        def on_cell(i, total, cell, phase):
+            if phase == "start" and i == n:
+                stop()
+        return real(cells, path, **{**kw, "on_cell": on_cell})
+
+    monkeypatch.setattr(sweep, "run_sweep", run_sweep)
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def hidden(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f".{out.name}.*.part"))
+
+
+def whole(out: Path, before: list[str]) -> None:
+    rows, note = read_results(out)
+    keys = [r["key"] for r in rows]
+    assert note is None and len(keys) == CELLS == len(set(keys))
+    assert lines(out / "results.jsonl")[: len(before)] == before
+    assert not hidden(out) and not (out / "INCOMPLETE").exists()
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_sigterm_after_n_rows_is_exit_143_rows_kept_then_resumed(tmp_path, capsys, monkeypatch, n):
+    out = tmp_path / "k"
+    stop_after(monkeypatch, n, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    assert main([*GRID, "--out", str(out)]) == 143
+    assert f"terminated (SIGTERM); partial results kept in {out}" in capsys.readouterr().err
+    before = lines(out / "results.jsonl")
+    assert len(before) == n and (out / "INCOMPLETE").is_file() and not hidden(out)
+    monkeypatch.undo()
+    assert main([*GRID, "--out", str(out), "--resume"]) == 0
+    whole(out, before)
+
+
+def test_an_error_after_rows_leaves_them_for_resume(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "k"
+
+    def full_disk():
+        raise UsageError("disk full while writing (simulated)")
+
+    stop_after(monkeypatch, 2, full_disk)
+    assert main([*GRID, "--out", str(out)]) == 2
+    assert not out.exists()  # an exit-2 run shows no folder under --out, yet its two rows stay where --resume looks
+    [partial] = hidden(out)
+    before = lines(partial / "results.jsonl")
+    assert len(before) == 2
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main([*GRID, "--out", str(out)]) == 2  # starting over would hide them
+    assert f"{partial} holds the rows of a killed run" in capsys.readouterr().err
+    assert main([*GRID, "--out", str(out), "--resume"]) == 0
+    whole(out, before)
+
+
+def test_leftovers_of_several_killed_runs(tmp_path, capsys):
+    out = tmp_path / "k"
+    assert main([*GRID, "--out", str(tmp_path / "src")]) == 0
+    first = lines(tmp_path / "src" / "results.jsonl")[0] + "\n"
+    for name, text in (("a", first), ("b", first), ("c", "")):
+        (tmp_path / f".k.{name}.part").mkdir()
+        (tmp_path / f".k.{name}.part" / "results.jsonl").write_text(text)
+    capsys.readouterr()
+    assert main([*GRID, "--out", str(out), "--resume"]) == 2  # which one to continue is the user's choice
+    err = capsys.readouterr().err.strip()
+    assert "2 killed runs" in err and ".k.a.part" in err and ".k.b.part" in err and len(err.splitlines()) == 1
+    shutil.rmtree(tmp_path / ".k.b.part")
+    assert main([*GRID, "--out", str(out), "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "held no rows yet" in err and "continuing the run that was killed" in err
+    whole(out, [first.strip()])
+
+
+def test_a_busy_out_is_refused_in_one_line(tmp_path, capsys):
+    from attnprof.lock import OutputLock
+
+    out = tmp_path / "k"
+    held = OutputLock(out).acquire()  # another run (here: another open file, as another process would hold it)
+    try:
+        assert main([*GRID, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"pid {os.getpid()}" in err and "another attnprof run" in err and len(err.splitlines()) == 1
+        assert not out.exists() and not hidden(out)
+    finally:
+        held.release()
+    stale = tmp_path / ".k.lock"
+    stale.write_text("pid 999999 on elsewhere, started long ago\n")  # a run that was killed: nobody holds it
+    assert main([*GRID, "--out", str(out)]) == 0
+    assert "took over the lock of an attnprof run that is gone (pid 999999" in capsys.readouterr().err
+    assert not stale.exists()
