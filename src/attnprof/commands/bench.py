@@ -55,7 +55,6 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.bench.executor_choice import make_executor
     from attnprof.bench.spec import split_list
     from attnprof.errors import UsageError
-    from attnprof.interrupts import take_sigterm_back
 
     if args.reps < 5 or args.warmup < 0:
         raise UsageError("--reps must be >= 5 (p20/p80 of fewer are noise) and --warmup >= 0")
@@ -65,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is None and (kinds or args.max_retries is not None):
         raise UsageError("--accelerator-type and --max-retries are for Ray sweeps; add --ray")
     executor = make_executor(args.ray, max_retries=2 if args.max_retries is None else args.max_retries)
-    take_sigterm_back()  # `ray.init` sets its own SIGTERM handler (sys.exit), which would skip keeping the rows
     try:
         return _run(args, executor, kinds)
     finally:
