@@ -36,6 +36,7 @@ import torch
 from attnprof.errors import UsageError, first_line
 from attnprof.models.attention import AttentionImpl
 from attnprof.models.features import forward_refusal, switch
+from attnprof.numerics.cannot_run import compile_cause
 from attnprof.run import recompile_limit_hits, unfused_since
 from attnprof.workload import DTYPES
 
@@ -224,7 +225,10 @@ def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base
         if said is not None:
             return ModelResult(impl.name, dtype, "rejected", reason=f"{impl.name}: {said}")
         status = "rejected" if refused else "error"
-        return ModelResult(impl.name, dtype, status, reason=f"{impl.name}: {first_line(exc)}"[:400])
+        cause = compile_cause(exc)  # inductor's "C++ compile error" names no cause: the compiler's first error does
+        said = f"{impl.name}: {first_line(exc)}"
+        said = (said if len(said) <= 240 else said[:239] + "…") + (f": {cause}" if cause else "")
+        return ModelResult(impl.name, dtype, status, reason=said[:480])
     finally:
         model.set_attn_implementation("eager")
     a = agreement(logits, ref_logits, valid, tokens, ref_tokens, margin=base.margin)

@@ -95,9 +95,9 @@ DECISIVE_NOTE = ("top-1: agreement at the N decisive positions, where eager fp32
                  "half-precision run included) and are not counted")
 
 
-def _top1(a: dict) -> str:
-    """Top-1 agreement at the decisive positions and how many there are ("99.0% of 71")."""
-    return f"{100 * a['top1_decisive']:.1f}% of {a['decisive']}"
+def _top1(a: dict, sep: str = " of ") -> str:
+    """Top-1 agreement at the decisive positions and how many there are ("99.0% of 71"; compact: "99.0%/71")."""
+    return f"{100 * a['top1_decisive']:.1f}%{sep}{a['decisive']}"
 
 
 def model_table(model: dict, *, wide: bool = False) -> Table:
@@ -112,10 +112,11 @@ def model_table(model: dict, *, wide: bool = False) -> Table:
         a = r["agreement"]
         colour = {"pass": "green", "fail": "red", "error": "red", "rejected": "dim", "baseline": "cyan"}[r["status"]]
         nums = (["–"] * 4 if a is None else
-                [f"{a['max_abs']:.2e}", f"{a['kl_mean']:.2e}", _top1(a), f"{a['prefix_min']}/{a['tokens']}"])
+                [f"{a['max_abs']:.2e}", f"{a['kl_mean']:.2e}", _top1(a, " of " if wide else "/"),
+                 f"{a['prefix_min']}/{a['tokens']}"])
         rows.append([r["impl"], r["dtype"], f"[{colour}]{r['status']}[/{colour}]", *nums])
     if not wide:
-        short = ["impl", "dtype", "status", "max |Δ|", "mean KL", "top-1", "prefix"]
+        short = ["impl", "dtype", "status", "max |Δ|", "mean KL", "top-1/N", "prefix"]
         return compact_table("", short, rows, right=tuple(short[3:]))
     table = Table(title=title, title_justify="left")
     for col in cols:
@@ -172,6 +173,8 @@ def markdown(data: dict, command: str) -> str:
             reason = (r["reason"] or "").replace("|", "\\|")
             lines.append(f"| `{r['impl']}` | {r['dtype']} | {r['status']} | {nums} | {reason} |")
         lines.append("")
+        lines += [f"Left out of the defaults: `{d['impl']}`: {d['reason']} (name it in `--impls` to run it).\n"
+                  for d in model.get("left_out", [])]
     return "\n".join(lines) + "\n"
 
 
