@@ -63,11 +63,14 @@ def print_terminal(results: list[StageResult], workload_label: str, note: str, o
     show(results, workload_label, on_gpu, wide=wide)
 
 
-def markdown(results: list[StageResult], workload_label: str, note: str, command: str, provenance: dict) -> str:
+def markdown(results: list[StageResult], workload_label: str, note: str, command: str, provenance: dict,
+             unreliable: str | None = None) -> str:
     parts = [f"# attnprof stages — {workload_label}", "",
              f"Made by `{command}` on {provenance['device']} (torch {provenance['torch']}, CUDA {provenance['cuda']}, "
              f"cuDNN {provenance['cudnn']}, Triton {provenance['triton']}, git {provenance['git_sha']}, "
              f"seed {provenance['seed']}).", "", note, ""]
+    if unreliable:  # `bench.stability`: the machine was too busy to time on
+        parts += [f"**{unreliable}**", ""]
     if env_note(provenance):
         parts += [env_note(provenance), ""]
     parts += [md_table(HEADERS, [_row(r) for r in results]), ""]
