@@ -16,6 +16,7 @@ from attnprof.audit import arm_timing, expect_fused, regret_cache, watch
 from attnprof.audit.phases import build_generator, effective_sq, group_sites, record_phases
 from attnprof.audit.regret import Plan, measure
 from attnprof.audit.replay import replay
+from attnprof.bench import timing
 from attnprof.cli import main
 from attnprof.files import read_json
 from attnprof.variants.base import Variant
@@ -42,17 +43,25 @@ def cache_dir(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+PLANTED_S = 1.0  # the planted backend's extra cost per call: ~10^4 × a tiny-llama SDPA call, far above any stall
+
+
 @pytest.fixture
 def slow_math(monkeypatch):
-    """Plant a slow backend: the arm that replays SDPA's math backend sleeps 20 ms per call."""
+    """Plant a slow backend: the arm that replays SDPA's math backend costs PLANTED_S more per call. The delay is
+    planted in the measuring clock (`bench.timing.clock`), not slept: every arm still runs and is timed for real,
+    but the planted cost does not shrink beside the other arms' times when a loaded machine stretches those, as a
+    planted sleep of a few ms does once the other arms' calls stall for as long."""
     real = arm_timing.SDPA_ARMS["sdpa-math"]
+    planted = [0.0]
 
-    def sleepy(inputs):
-        time.sleep(0.02)
+    def slow(inputs):
+        planted[0] += PLANTED_S
         return real.fn(inputs)
 
+    monkeypatch.setattr(timing, "clock", lambda: time.perf_counter() + planted[0])
     monkeypatch.setitem(arm_timing.SDPA_ARMS, "sdpa-math",
-                        Variant(name="sdpa-math", fn=sleepy, supports=real.supports, family=real.family))
+                        Variant(name="sdpa-math", fn=slow, supports=real.supports, family=real.family))
 
 
 def test_generate_is_grouped_by_call_site_and_phase(generated):

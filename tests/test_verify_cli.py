@@ -123,3 +123,52 @@ def test_kernel_flag_is_honoured_not_ignored(tmp_path, capsys):
     assert main(["verify", "--device", "cpu", "--variants", "kernel", "--kernel", str(tmp_path / "nope"),
                  "--out", str(tmp_path / "r")]) == 2
     assert "neither an existing kernel repo" in capsys.readouterr().err
+
+
+# inductor's own words (torch 2.13, CPU, flex attention inside generate), cut to the lines that matter
+_INDUCTOR_OUTPUT = """In file included from /tmp/torchinductor_root/pi/cpicxm.h:1:
+/tmp/torchinductor_root/kz/ckzyvh.main.cpp: In function 'void kernel(const float*, float*)':
+/tmp/torchinductor_root/kz/ckzyvh.main.cpp:1088:45: error: 'cur_kvSplitSize0' was not declared in this scope; \
+did you mean 'cur_kvSplitSize'?
+/tmp/torchinductor_root/kz/ckzyvh.main.cpp:1096:72: error: expected primary-expression before ',' token
+"""
+
+
+def fails_to_compile(q, k, v, *, causal, scale, attn_mask=None):
+    """An implementation whose compile fails as inductor's does (`--impls tests.test_verify_cli:fails_to_compile`)."""
+    from torch._inductor.exc import CppCompileError
+
+    raise CppCompileError(["g++", "ckzyvh.main.cpp", "-O3"], _INDUCTOR_OUTPUT)
+
+
+def test_a_compile_failure_names_the_compilers_first_error_and_torch(tmp_path):
+    import torch
+
+    rc, data = _verify(tmp_path, "--model", "tiny-llama", "--dtype", "fp32", "--decode-tokens", "2", "--impls",
+                       "eager,sdpa,tests.test_verify_cli:fails_to_compile")
+    assert rc == 1
+    row = next(r for r in data["model"]["results"] if r["impl"] == "tests.test_verify_cli:fails_to_compile")
+    assert row["status"] == "error"  # the head is the user-variant wrapper's (a GQA call); the cause follows it
+    assert "'cur_kvSplitSize0' was not declared in this scope" in row["reason"]
+    assert f"torch {torch.__version__}" in row["reason"] and "expected primary-expression" not in row["reason"]
+    assert data["model"]["left_out"] == []  # named implementations are never left out
+
+
+def test_the_cpu_defaults_leave_out_only_what_this_torch_cannot_run(tmp_path, capsys):
+    from attnprof.numerics.cannot_run import left_out, torch_minor
+
+    names = ["eager", "sdpa", "flex_attention"]
+    kept, dropped = left_out(names, "cpu", "2.13.0+cpu")
+    assert kept == ["eager", "sdpa"] and dropped[0][0] == "flex_attention"
+    assert "torch 2.13.0+cpu" in dropped[0][1] and "cur_kvSplitSize0" in dropped[0][1]
+    assert left_out(names, "cuda:0", "2.13.0") == (names, []) and left_out(names, "cpu", "2.12.1") == (names, [])
+    rc, data = _verify(tmp_path, "--model", "tiny-llama", "--dtype", "fp32", "--decode-tokens", "2")
+    assert rc == 0 and data["ok"]
+    ran = {r["impl"] for r in data["model"]["results"]}
+    err = " ".join(capsys.readouterr().err.split())
+    if torch_minor() == "2.13":
+        assert "flex_attention" not in ran and data["model"]["left_out"][0]["impl"] == "flex_attention"
+        assert "flex_attention left out of the cpu defaults: torch 2.13" in err and "--impls" in err
+        assert "Left out of the defaults: `flex_attention`" in (tmp_path / "verify.md").read_text()
+    else:
+        assert "flex_attention" in ran and data["model"]["left_out"] == []

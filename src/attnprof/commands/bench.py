@@ -106,6 +106,9 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
         ceilings = get_ceilings(device, measure=args.measure_ceilings)
         err.print(f"[dim]{T.ceilings_line([_probe(ceilings, d) for d in grid.dtype])}[/dim]")
     total = len(cells) * max(1, len(kinds))
+    from attnprof.bench.stability import Watch
+
+    watch = None if on_ray else Watch(device)  # the reference at the start and end: was this machine steady?
     with progress() as bar:
         task = bar.add_task("bench", total=total)
 
@@ -119,6 +122,11 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
                             accelerator_types=kinds, measure_ceilings=args.measure_ceilings,
                             on_note=lambda note: err.print(f"[yellow]{note}[/yellow]"))
         bar.update(task, completed=total, description="bench done")
+    machine = watch.finish() if watch is not None else None
+    if machine is not None:
+        from attnprof.files import write_json
+
+        write_json(path.with_name(path.stem + ".machine.json"), machine.to_json())
     if args.results is None:
         from attnprof.files import commit_folder
         from attnprof.pause import pause_at
@@ -126,13 +134,15 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
         pause_at("commit")  # the fault tests: every row written, the folder not yet under --out
         path = commit_folder(path.parent) / path.name  # complete: the folder under its name, INCOMPLETE gone
     rows = with_speedups(summary.rows)
-    T.print_terminal(rows, f"{device} via Ray" if on_ray else device, wide=args.wide)
+    T.print_terminal(rows, f"{device} via Ray" if on_ray else device, wide=args.wide, machine=machine)
     counts = summary.counts()
     err.print(f"results: {path} ({summary.ran} cells run, {summary.skipped} already done; "
               + ", ".join(f"{k} {v}" for k, v in counts.items()) + f"); pictures: attnprof report {path.parent}")
     emit_json(args, {"schema": "attnprof.bench/1", "results": str(path), "ran": summary.ran,
-                     "skipped": summary.skipped, "counts": counts, "claims": T.headline(rows),
-                     "executor": executor.name, "gpu_kinds": T.kinds(rows)})
+                     "skipped": summary.skipped, "counts": counts,
+                     "claims": T.headline(rows, machine.short if machine else None),
+                     "executor": executor.name, "gpu_kinds": T.kinds(rows),
+                     "machine": machine.to_json() if machine else None})
     failed = [r for r in rows if r["status"] == "error"]  # the status model: an error in what was asked → exit 1
     if failed:
         from attnprof.errors import CheckFailed

@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     check_workload_fits(workload, variants)  # "needs N GiB, the device has M" before anything is allocated
     folder = out_dir(args, "stages")
     err.print(f"[dim]{note}[/dim]")
+    from attnprof.bench.stability import Watch
+
+    watch = Watch(workload.device)  # the reference at the start and end: was this machine steady?
     with progress() as bar:
         task = bar.add_task("stages", total=len(variants))
 
@@ -70,20 +73,26 @@ def run(args: argparse.Namespace) -> int:
         bar.update(task, completed=len(variants), description="stages done")
     command = "attnprof " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     prov = provenance(workload.device, seed=args.seed)
+    machine = watch.finish()
     data = results_json(workload, results, prov, note)
+    data["machine"] = machine.to_json()
     from attnprof.stderr import captured
 
     data["third_party_warnings"] = captured()  # what torch and friends warned, instead of printed raw
     write_json(folder / "results.json", data)
-    write_atomic(folder / "report.md", markdown(results, workload.label(), note, command, prov))
+    write_atomic(folder / "report.md", markdown(results, workload.label(), note, command, prov,
+                                                unreliable=machine.reason))
     print_terminal(results, workload.label(), workload.device.startswith("cuda"), wide=args.wide)
+    if machine.reason:
+        err.print(f"[bold yellow]{machine.reason}[/bold yellow]", highlight=False)
     from attnprof.files import commit_folder
 
     folder = commit_folder(folder)  # complete: renamed from its temporary name
     err.print(f"report: {folder}/results.json, report.md, traces/")
     emit_json(args, {"schema": data["schema"], "out": str(folder), "workload": data["workload"],
                      "stages": [{k: s[k] for k in ("variant", "status", "reason", "kernels_per_step", "backend",
-                                                   "latency_ms", "max_rel_err")} for s in data["stages"]]})
+                                                   "latency_ms", "max_rel_err")} for s in data["stages"]],
+                     "machine": data["machine"]})
     failed = [r for r in results if r.status == "error"]
     if failed:
         raise CheckFailed("; ".join(f"{r.variant}: {r.reason}" for r in failed))

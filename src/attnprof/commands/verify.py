@@ -42,7 +42,8 @@ def register(sub) -> None:
                    help="default: model with --model, else kernel")
     m.add_argument("--impls", help="attention implementations for the model (default: eager, sdpa, "
                                    "sdpa-flash/efficient/cudnn/math, flex_attention, kernel, plus the "
-                                   "package.module:function entries of --variants)")
+                                   "package.module:function entries of --variants; less flex_attention on a CPU "
+                                   "whose torch cannot compile it inside generate, which is said)")
     m.add_argument("--model-batch", type=int, default=4)
     m.add_argument("--model-seq", type=int, default=32)
     m.add_argument("--decode-tokens", type=int, default=8, help="greedy tokens compared (default 8)")
@@ -199,17 +200,23 @@ def _kernel_level(args, device: str, dtypes: list[str], seed: int, rule, executo
 
 def _model_level(args, device: str, dtypes: list[str], seed: int, rule, kernel):
     from attnprof.models.attention import KNOWN
+    from attnprof.numerics.cannot_run import left_out
     from attnprof.numerics.verify import model_level
     from attnprof.report.render import err
     from attnprof.report.verify_report import print_model_level
 
-    spec = args.impls
-    if spec is None:
+    spec, dropped = args.impls, []
+    if spec is None:  # the defaults, less what this torch is known not to run on this device (named, it runs)
         users = [n.strip() for n in (args.variants or "").split(",") if ":" in n]
-        spec = ",".join([*KNOWN, *users])
+        known, dropped = left_out(list(KNOWN), device)
+        spec = ",".join([*known, *users])
+        for name, why in dropped:
+            err.print(f"[yellow]{name} left out of the {device} defaults: {why}; name it in --impls to run it"
+                      "[/yellow]", highlight=False)
     report, failures = model_level(args.model, spec, device, dtypes, seed=seed, rule=rule, batch=args.model_batch,
                                    seq=args.model_seq, decode_tokens=args.decode_tokens, kernel=kernel,
                                    on_step=lambda s: err.print(f"[dim]model: {s}[/dim]"))
+    report["left_out"] = [{"impl": name, "reason": why} for name, why in dropped]
     print_model_level(report, wide=args.wide)
     from attnprof.models.attention_features import model_features
     from attnprof.report.features_report import print_features

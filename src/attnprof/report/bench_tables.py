@@ -93,13 +93,16 @@ def ceilings_line(rows: list[dict[str, Any]]) -> str:
     return "measured ceilings: " + ", ".join(parts) + f", copy {fmt(copy, '.4g', 'unknown')} GB/s"
 
 
-def headline(rows: list[dict[str, Any]]) -> list[str]:
+def headline(rows: list[dict[str, Any]], unreliable: str | None = None) -> list[str]:
     """The seed's claims, answered from the rows: fused-vs-naive speedup range and peak-memory ratio per variant
-    (per GPU kind, each line naming it, when the rows span several)."""
+    (per GPU kind, each line naming it, when the rows span several). `unreliable` (`bench.stability`) follows every
+    speedup: a number timed on a busy machine never stands alone."""
     names = kinds(rows)
     if len(names) > 1:
-        return [f"{k}: {line}" for k in names for line in _headline([r for r in rows if gpu_kind(r) == k])]
-    return _headline(rows)
+        lines = [f"{k}: {line}" for k in names for line in _headline([r for r in rows if gpu_kind(r) == k])]
+    else:
+        lines = _headline(rows)
+    return [f"{line} [{unreliable}]" if unreliable and "speedup" in line else line for line in lines]
 
 
 def _headline(rows: list[dict[str, Any]]) -> list[str]:
@@ -132,7 +135,7 @@ COMPACT = ["GPU", "variant", "workload", "status", "p50 ms", "× naive", "× sdp
            "GB/s", "peak MiB"]
 
 
-def print_terminal(rows: list[dict], where: str, *, wide: bool = False) -> None:
+def print_terminal(rows: list[dict], where: str, *, wide: bool = False, machine=None) -> None:
     """`attnprof bench`'s table (every speed beside its ceiling; a GPU column when the rows span several kinds) and
     its headline claims. `where`: the device, e.g. "cuda" or "cuda via Ray". By default it fits 80 columns (short
     names, the reasons below the table); `wide` prints every column."""
@@ -161,7 +164,9 @@ def print_terminal(rows: list[dict], where: str, *, wide: bool = False) -> None:
                 say(f"{cut(r['variant'], 20)} on {r.get('label', '')}: {r['status']}: {why}", indent="",
                     style=style.get(r["status"]))
         left_out([h for h in hidden if h != "reason"], "--wide, attnprof report")
-    for line in headline(rows):
+    if machine is not None and machine.reason:  # `bench.stability`: the machine was too busy to time on
+        say(machine.reason, wide=wide, style="bold yellow")
+    for line in headline(rows, machine.short if machine is not None else None):
         say(line, wide=wide)
 
 

@@ -55,11 +55,14 @@ def kernel_lines(r: StageResult, width: int = 60) -> list[tuple[str, str, str, s
     return rows
 
 
-def markdown(results: list[StageResult], workload_label: str, note: str, command: str, provenance: dict) -> str:
+def markdown(results: list[StageResult], workload_label: str, note: str, command: str, provenance: dict,
+             unreliable: str | None = None) -> str:
     parts = [f"# attnprof stages — {workload_label}", "",
              f"Made by `{command}` on {provenance['device']} (torch {provenance['torch']}, CUDA {provenance['cuda']}, "
              f"cuDNN {provenance['cudnn']}, Triton {provenance['triton']}, git {provenance['git_sha']}, "
              f"seed {provenance['seed']}).", "", note, ""]
+    if unreliable:  # `bench.stability`: the machine was too busy to time on
+        parts += [f"**{unreliable}**", ""]
     if env_note(provenance):
         parts += [env_note(provenance), ""]
     parts += [md_table(HEADERS, [wide_row(r) for r in results]), ""]

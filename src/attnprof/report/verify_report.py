@@ -84,23 +84,34 @@ def print_model_level(model: dict, *, wide: bool = False) -> None:
             said.setdefault((f"{r['impl']} {r['status']}", r["reason"]), []).append(r["dtype"])
     for (what, why), dtypes in said.items():
         say(f"{what} ({', '.join(dtypes)}): {why}", wide=wide, style="dim" if "rejected" in what else "red")
+    say(DECISIVE_NOTE, wide=wide, style="dim")
+
+
+DECISIVE_NOTE = ("top-1: agreement at the N decisive positions, where eager fp32's top-2 logit margin exceeds twice "
+                 "the max |Δ logits| the gate allows in that dtype; nearer ties flip on rounding alone (eager's own "
+                 "half-precision run included) and are not counted")
+
+
+def _top1(a: dict, sep: str = " of ") -> str:
+    """Top-1 agreement at the decisive positions and how many there are ("99.0% of 71"; compact: "99.0%/71")."""
+    return f"{100 * a['top1_decisive']:.1f}%{sep}{a['decisive']}"
 
 
 def model_table(model: dict, *, wide: bool = False) -> Table:
     """The model level's table; by default in 80 columns (short headers, no box), `wide`: the full one."""
     title = (f"model level: {model['preset']}, left-padded batch {model['batch']}×{model['seq']}, "
              f"vs eager fp32 on {model['valid_positions']} valid positions")
-    cols = ("impl", "dtype", "status", "max |Δ logits|", "mean KL", "top-1", "greedy prefix")
+    cols = ("impl", "dtype", "status", "max |Δ logits|", "mean KL", "top-1 (decisive)", "greedy prefix")
     rows = []
     for r in model["results"]:
         a = r["agreement"]
         colour = {"pass": "green", "fail": "red", "error": "red", "rejected": "dim", "baseline": "cyan"}[r["status"]]
         nums = (["–"] * 4 if a is None else
-                [f"{a['max_abs']:.2e}", f"{a['kl_mean']:.2e}", f"{100 * a['top1']:.1f}%",
+                [f"{a['max_abs']:.2e}", f"{a['kl_mean']:.2e}", _top1(a, " of " if wide else "/"),
                  f"{a['prefix_min']}/{a['tokens']}"])
         rows.append([r["impl"], r["dtype"], f"[{colour}]{r['status']}[/{colour}]", *nums])
     if not wide:
-        short = ["impl", "dtype", "status", "max |Δ|", "mean KL", "top-1", "prefix"]
+        short = ["impl", "dtype", "status", "max |Δ|", "mean KL", "top-1/N", "prefix"]
         return compact_table("", short, rows, right=tuple(short[3:]))
     table = Table(title=title, title_justify="left")
     for col in cols:
@@ -147,16 +158,18 @@ def markdown(data: dict, command: str) -> str:
     if model:
         lines += [f"## Model level: {model['preset']}", "",
                   f"Left-padded batch {model['batch']}×{model['seq']} ({model['valid_positions']} valid positions), "
-                  f"greedy {model['decode_tokens']} tokens; compared with eager fp32.", "",
-                  "| impl | dtype | status | max abs Δ logits | mean KL | top-1 | greedy prefix | reason |",
+                  f"greedy {model['decode_tokens']} tokens; compared with eager fp32. {DECISIVE_NOTE}.", "",
+                  "| impl | dtype | status | max abs Δ logits | mean KL | top-1 (decisive) | greedy prefix | reason |",
                   "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
         for r in model["results"]:
             a = r["agreement"]
             nums = ("– | – | – | –" if a is None else
-                    f"{a['max_abs']:.2e} | {a['kl_mean']:.2e} | {100 * a['top1']:.1f}% | {a['prefix_min']}/{a['tokens']}")
+                    f"{a['max_abs']:.2e} | {a['kl_mean']:.2e} | {_top1(a)} | {a['prefix_min']}/{a['tokens']}")
             reason = (r["reason"] or "").replace("|", "\\|")
             lines.append(f"| `{r['impl']}` | {r['dtype']} | {r['status']} | {nums} | {reason} |")
         lines.append("")
+        lines += [f"Left out of the defaults: `{d['impl']}`: {d['reason']} (name it in `--impls` to run it).\n"
+                  for d in model.get("left_out", [])]
         from attnprof.report.features_report import markdown as features_markdown
 
         lines += features_markdown(model.get("attention_features"))
