@@ -16,9 +16,9 @@ from attnprof.audit import arm_timing, expect_fused, regret_cache, watch
 from attnprof.audit.phases import build_generator, effective_sq, group_sites, record_phases
 from attnprof.audit.regret import Plan, measure
 from attnprof.audit.replay import replay
-from attnprof.bench import timing
 from attnprof.cli import main
 from attnprof.files import read_json
+from attnprof.measure import timing
 from attnprof.variants.base import Variant
 
 FAST = Plan(samples=2, reps=3, warmup=1)
@@ -49,7 +49,7 @@ PLANTED_S = 1.0  # the planted backend's extra cost per call: ~10^4 × a tiny-ll
 @pytest.fixture
 def slow_math(monkeypatch):
     """Plant a slow backend: the arm that replays SDPA's math backend costs PLANTED_S more per call. The delay is
-    planted in the measuring clock (`bench.timing.clock`), not slept: every arm still runs and is timed for real,
+    planted in the measuring clock (`measure.timing.clock`), not slept: every arm still runs and is timed for real,
     but the planted cost does not shrink beside the other arms' times when a loaded machine stretches those, as a
     planted sleep of a few ms does once the other arms' calls stall for as long."""
     real = arm_timing.SDPA_ARMS["sdpa-math"]

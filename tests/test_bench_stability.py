@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from attnprof.bench import stability, timing
+from attnprof.bench import stability
+from attnprof.measure import timing
 from attnprof.bench.stability import Stability, Watch
 from attnprof.cli import main
 

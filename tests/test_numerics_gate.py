@@ -159,12 +159,11 @@ def one_thread():
 
 def _model_gate(seeds, names):
     """Each seed's tiny-llama (weights and left-padded batch from the seed) through the model gate in bf16: eager fp32
-    the reference, eager bf16 the baseline, `names` judged by `numerics.model.judge`. {(seed, impl): reasons}."""
-    from attnprof.numerics.model import ModelRule, _forward, agreement, decisive_margin
-    from attnprof.numerics.model import judge as model_judge
-
+    the reference, eager bf16 the baseline, `names` judged by `numerics.model_level.judge`. {(seed, impl): reasons}."""
     from attnprof.models import build_model, padded_batch
     from attnprof.models.attention import resolve_impls
+    from attnprof.numerics.model_level import ModelRule, _forward, agreement, decisive_margin
+    from attnprof.numerics.model_level import judge as model_judge
 
     rule, impls, out = ModelRule(), resolve_impls(",".join(names), "cpu"), {}
     for seed in seeds:

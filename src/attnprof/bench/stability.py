@@ -4,7 +4,7 @@ A timing taken while other processes hold the cores is not the implementation's:
 time naive 1×4×128×64 at 112 ms and 2×4×128×64 at 0.3 ms, and print a 775× speedup. Nothing in the rows shows
 it, so the run watches the machine itself, for well under 0.2 s:
 
-- **drift**: a fixed matmul (the reference), timed at the start and at the end of the run (`bench.timing`, p50 of a
+- **drift**: a fixed matmul (the reference), timed at the start and at the end of the run (`measure.timing`, p50 of a
   few calls). Its p50 moving by more than `DRIFT` × means the machine changed under the run.
 - **waiting** (Linux, CPU runs): the share of the run's wall time this process's main thread spent runnable but
   waiting for a core (`/proc/self/schedstat`): other processes holding the cores. Above `WAITING` it is flagged.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnprof.bench.timing import time_call
+from attnprof.measure.timing import time_call
 
 DRIFT = 1.5  # reference p50, end vs start (either way)
 WAITING = 0.25  # share of the run's wall time spent waiting for a core
