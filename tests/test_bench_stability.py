@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from attnprof.bench import stability
-from attnprof.measure import timing
 from attnprof.bench.stability import Stability, Watch
 from attnprof.cli import main
+from attnprof.measure import timing
 
 TINY = ["--seq", "16,24", "--batch", "1", "--heads", "2", "--head-dim", "8", "--dtype", "fp32", "--reps", "5",
         "--warmup", "1", "--device", "cpu"]
