@@ -64,7 +64,7 @@ class Stability:
         return self.reason is None
 
     def to_json(self) -> dict:
-        return {"reliable": self.reliable, "reason": self.reason, "device": self.device,
+        return {"reliable": self.reliable, "reason": self.reason, "short": self.short, "device": self.device,
                 "reference": f"{_n(self.device)}×{_n(self.device)} matmul, p50 of 7 calls",
                 "reference_ms": list(self.reference_ms), "drift": self.drift, "waiting": self.waiting,
                 "load": self.load, "cores": self.cores, "wall_s": self.wall_s,

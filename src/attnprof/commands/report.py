@@ -21,6 +21,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnprof.bench.results import read_results, results_path, with_speedups
+    from attnprof.files import read_json
     from attnprof.pause import pause_at
     from attnprof.report.html import write_report
     from attnprof.report.render import err
@@ -34,9 +35,11 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise UsageError(f"{source} holds no results yet")
     folder = Path(args.out) if args.out else source.parent
+    machine_file = source.with_name(source.stem + ".machine.json")  # bench's verdict on the machine, if it wrote one
+    machine = read_json(machine_file, what="machine verdict") if machine_file.exists() else None
     pause_at("pictures")  # the fault tests: killed from here on, the rows stay as they are
     with err.status("drawing …"):
-        paths = write_report(with_speedups(rows), folder, source.name)
+        paths = write_report(with_speedups(rows), folder, source.name, machine)
     err.print(f"report: {folder}/report.html (self-contained), report.md, " +
               ", ".join(p.name for p in paths if p.suffix == ".png"))
     emit_json(args, {"schema": "attnprof.report/1", "source": str(source), "out": str(folder),

@@ -23,6 +23,7 @@ from attnprof.report.render import md_escape, md_table
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#1d1d1f;
 padding:0 16px}
+.warn{color:#a15c00}
 h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
 .meta{color:#555;font-size:12px}.meta code{background:#f3f3f3;padding:1px 4px;border-radius:3px}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:16px}
@@ -56,7 +57,7 @@ def subtitle(rows: list[dict[str, Any]]) -> str:
     return " · ".join(parts + ["attnprof.bench/1"])
 
 
-def page(rows: list[dict[str, Any]], pngs: dict[str, bytes], source: str) -> str:
+def page(rows: list[dict[str, Any]], pngs: dict[str, bytes], source: str, machine: dict | None = None) -> str:
     """The whole HTML document as a string."""
     p = _prov(rows)
     argv = " ".join(str(a) for a in p.get("argv") or [])
@@ -70,7 +71,9 @@ def page(rows: list[dict[str, Any]], pngs: dict[str, bytes], source: str) -> str
            '<p class="meta">' + " · ".join(f"{_e(k)} <code>{_e(v)}</code>" for k, v in meta if v not in (None, ""))
            + "</p>",
            f"<p>{_e(T.ceilings_line(rows))}</p>"]
-    claims = T.headline(rows)
+    if (machine or {}).get("reason"):
+        out.append(f'<p class="warn"><strong>{_e(machine["reason"])}</strong></p>')
+    claims = T.headline(rows, (machine or {}).get("short"))
     if claims:
         out.append('<h2>What this machine shows</h2><ul class="claims">'
                    + "".join(f"<li>{_e(c)}</li>" for c in claims) + "</ul>")
@@ -106,12 +109,14 @@ def page(rows: list[dict[str, Any]], pngs: dict[str, bytes], source: str) -> str
     return "\n".join(out)
 
 
-def markdown(rows: list[dict[str, Any]], source: str) -> str:
+def markdown(rows: list[dict[str, Any]], source: str, machine: dict | None = None) -> str:
     p = _prov(rows)
     argv = " ".join(str(a) for a in p.get("argv") or [])
     lines = ["# attnprof bench", "", f"{md_escape(subtitle(rows))}", "", f"Results: `{source}`  ",
              f"Command: `{argv}`", "", md_escape(T.ceilings_line(rows)), ""]
-    claims = T.headline(rows)
+    if (machine or {}).get("reason"):
+        lines += [f"**{md_escape(machine['reason'])}**", ""]
+    claims = T.headline(rows, (machine or {}).get("short"))
     if claims:
         lines += ["## What this machine shows", ""] + [f"- {md_escape(c)}" for c in claims] + [""]
     lines += ["## Pictures", ""] + [f"![{md_escape(cap)}]({name})" for name, cap in PLOTS] + [""]
@@ -122,11 +127,13 @@ def markdown(rows: list[dict[str, Any]], source: str) -> str:
     return "\n".join(lines)
 
 
-def write_report(rows: list[dict[str, Any]], folder: Path, source: str) -> list[Path]:
-    """PNGs, report.html and report.md into `folder` (each written atomically); returns the paths."""
+def write_report(rows: list[dict[str, Any]], folder: Path, source: str, machine: dict | None = None) -> list[Path]:
+    """PNGs, report.html and report.md into `folder` (each written atomically); returns the paths. `machine` is the
+    sweep's `bench.stability` verdict (`results.machine.json`): when it flagged the machine, both pages say so and
+    every speedup carries it."""
     folder = Path(folder)
     pngs = render(rows, subtitle(rows))
     paths = [write_atomic(folder / name, data) for name, data in pngs.items()]
-    paths.append(write_atomic(folder / "report.html", page(rows, pngs, source)))
-    paths.append(write_atomic(folder / "report.md", markdown(rows, source)))
+    paths.append(write_atomic(folder / "report.html", page(rows, pngs, source, machine)))
+    paths.append(write_atomic(folder / "report.md", markdown(rows, source, machine)))
     return paths
