@@ -226,7 +226,7 @@ def test_report_folder_into_an_existing_folder(tmp_path):
 
 
 def test_audit_model_batch_too_large_is_exit_2(tmp_path, capsys):
-    one_line_exit_2(capsys, ["audit", "--model", "tiny-llama", "--device", "cpu", "--seq", "1000000",
+    one_line_exit_2(capsys, ["audit", "--model", "tiny-llama", "--device", "cpu", "--seq", "1024", "--batch", "10000000",
                              "--out", str(tmp_path / "a")], "GiB, the device (cpu) has", "--seq")
     nothing_left(tmp_path / "a")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from attnprof.errors import UsageError
 from attnprof.interrupts import critical, finishing
-from attnprof.lock import OutputLock
+from attnprof.lock import OutputLock, make_parents
 
 
 def write_atomic(path: Path, text: str | bytes) -> Path:
@@ -117,15 +117,8 @@ class ReportFolder:
         # in place: a sweep that resumes, or an existing folder whose parent we may not write a sibling into
         self.in_place = self.final.is_dir() and (in_place or not os.access(self.final.parent, os.W_OK))
         self.forced_in_place = self.in_place and not in_place  # nothing there can be undone: a failure stays marked
-        parent = self.final.parent
-        missing = []
-        while not parent.exists():
-            missing.append(parent)
-            parent = parent.parent
         try:
-            for folder in reversed(missing):
-                folder.mkdir()
-                self.made_parents.append(folder)
+            make_parents(self.final, self.made_parents)
             if self.in_place:
                 self.work = self.final
                 self.was_incomplete = (self.final / INCOMPLETE).exists()

@@ -20,6 +20,19 @@ from pathlib import Path
 from attnprof.errors import UsageError
 
 
+def make_parents(path: Path, made: list[Path]) -> None:
+    """Create the folders missing above `path`, outermost first, appending each to `made` as it is made (so a caller
+    whose later step fails removes exactly what it created, also when a mkdir here is what failed)."""
+    missing = []
+    parent = path.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for folder in reversed(missing):
+        folder.mkdir()
+        made.append(folder)
+
+
 def lock_path(output: Path) -> Path:
     output = Path(os.path.abspath(output))
     if output.is_dir() and not os.access(output.parent, os.W_OK):
@@ -41,15 +54,8 @@ class OutputLock:
         self.path = lock_path(self.output)
 
     def acquire(self) -> OutputLock:
-        missing = []
-        parent = self.path.parent
-        while not parent.exists():
-            missing.append(parent)
-            parent = parent.parent
         try:
-            for folder in reversed(missing):
-                folder.mkdir()
-                self._made.append(folder)
+            make_parents(self.path, self._made)
             while True:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
                 try:
