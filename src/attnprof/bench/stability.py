@@ -14,7 +14,8 @@ it, so the run watches the machine itself, for well under 0.2 s:
 The verdict travels with the results (`machine` block) and every headline number (`reason`), instead of a silent
 "775×". GPU runs check the drift only (a GPU matmul on CUDA events): the host's load does not time the GPU.
 Cost: 16 calls of a 192×192 fp32 matmul, ~5 ms on a quiet CPU; on a machine busy enough to stall each call for a
-time slice, up to ~1 s, and that run is flagged.
+time slice, up to ~1 s, and that run is flagged. On CUDA ~0.1 s a check: the reference is warmed from idle clocks
+first, or an idle GPU would read as a drift.
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ from attnprof.measure.timing import time_call
 DRIFT = 1.5  # reference p50, end vs start (either way)
 WAITING = 0.25  # share of the run's wall time spent waiting for a core
 LOAD = 1.5  # 1-minute load average per core at the start
-_SIZE = {"cpu": 192, "cuda": 2048}  # the reference matmul's n: ~0.1-0.5 ms a call on either
+_SIZE = {"cpu": 192, "cuda": 4096}  # the reference matmul's n: ~0.1-0.5 ms a call on either
+# A GPU that sat idle (the run's report being written, a cold start) runs its first kernels at idle clocks: a reference
+# timed then reads up to ~1.7× slow against the same GPU warm (2048³ bf16 on an H100: 0.029 → 0.048 ms). So on CUDA
+# the reference runs back to back for this long before it is timed; the clocks ramp within a few milliseconds.
+_GPU_WARM_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -76,13 +81,21 @@ def _n(device: str) -> int:
 
 
 def reference_ms(device: str) -> float:
-    """p50 ms of a fixed matmul on `device` (fp32 on the CPU, bf16 on CUDA), 7 calls after 1."""
+    """p50 ms of a fixed matmul on `device`: fp32 on the CPU, 7 calls after 1; bf16 on CUDA, 15 calls after
+    `_GPU_WARM_S` of back-to-back calls (the GPU's clocks up from idle)."""
     n = _n(device)
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    cuda = device.startswith("cuda")
+    dtype = torch.bfloat16 if cuda else torch.float32
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
     b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-    return time_call(lambda: a @ b, device, warmup=1, reps=7).p50
+    if cuda:
+        end = time.perf_counter() + _GPU_WARM_S
+        while time.perf_counter() < end:
+            for _ in range(8):
+                a @ b
+            torch.cuda.synchronize(device)
+    return time_call(lambda: a @ b, device, warmup=1, reps=15 if cuda else 7).p50
 
 
 def _waited_s() -> float | None:
