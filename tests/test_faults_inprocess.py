@@ -124,3 +124,28 @@ def test_a_busy_out_is_refused_in_one_line(tmp_path, capsys):
     assert main([*GRID, "--out", str(out)]) == 0
     assert "took over the lock of an attnprof run that is gone (pid 999999" in capsys.readouterr().err
     assert not stale.exists()
+
+
+def test_a_killed_serve_runs_rows_are_brought_into_view_by_the_next_run(tmp_path):
+    """serve has no --resume: the partial rows a SIGKILLed serve left in its hidden folder are renamed into view
+    (`NAME.killed-<time>`, marked INCOMPLETE) by the next run into the same --out, which then starts anew; a hidden
+    folder that holds no rows is removed. The folder logic serve's command uses (`out_dir(..., rows=, resumable=False)`)."""
+    from attnprof.files import INCOMPLETE, finish_folders, folder_notes, open_folder
+
+    final = tmp_path / "s"
+    killed = tmp_path / ".s.abc123.part"
+    killed.mkdir()
+    (killed / "serve.partial.json").write_text('{"partial": true, "decode": [{"impl": "sdpa"}]}')
+    empty = tmp_path / ".s.def456.part"
+    empty.mkdir()
+    (empty / "serve.partial.json").write_text("")
+    work = open_folder(final, keep_partial=True, rows="serve.partial.json", resumable=False)
+    shown = [p for p in tmp_path.iterdir() if p.name.startswith("s.killed-")]
+    assert len(shown) == 1 and (shown[0] / "serve.partial.json").read_text().startswith('{"partial": true')
+    assert (shown[0] / INCOMPLETE).is_file() and not killed.exists() and not empty.exists()
+    notes = folder_notes(work)
+    assert any(f"kept the rows of a killed run into {final}: {shown[0]}" in n for n in notes), notes
+    assert work not in (killed, empty) and work.name.startswith(".s.")  # a fresh run, not the killed one continued
+    (work / "serve.json").write_text("{}")
+    finish_folders(ok=True)
+    assert (final / "serve.json").is_file() and not (final / INCOMPLETE).exists()

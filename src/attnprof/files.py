@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,17 +90,20 @@ class ReportFolder:
     into it is refused, see `attnprof.lock`), and once that file holds anything it is never deleted: a run that
     fails leaves it as a SIGKILL does, under its hidden name. `resume`: when `final` does not exist, continue in the
     hidden folder a killed run left (`.NAME.XXXX.part` holding `rows`); without it, such a folder holding rows is
-    refused (exit 2) rather than silently started over. `notes` says what was found and done.
+    refused (exit 2) rather than silently started over. A command with no `--resume` (`resumable=False`: serve's
+    partial rows) brings such a folder into view instead, as `NAME.killed-YYYYmmdd-HHMMSS` marked `INCOMPLETE`, and
+    starts anew. `notes` says what was found and done.
     """
 
     def __init__(self, final: Path, *, keep_partial: bool = False, in_place: bool = False, rows: str | None = None,
-                 resume: bool = False):
+                 resume: bool = False, resumable: bool = True):
         self.final = Path(final)
         if self.final.name in ("", ".", ".."):  # `--out .`: a named folder, so a sibling can be made beside it
             self.final = Path(os.path.abspath(self.final))
         self.keep_partial = keep_partial
         self.made_parents: list[Path] = []
         self.rows = rows
+        self.resumable = resumable
         self.notes: list[str] = []
         if self.final.exists() and not self.final.is_dir():
             raise UsageError(f"--out {self.final} exists and is not a folder")
@@ -141,7 +145,12 @@ class ReportFolder:
         folders that hold no row are removed, being this output's under its lock."""
         found = partial_folders(self.final, self.rows)
         with_rows = [p for p in found if (p / self.rows).stat().st_size > 0]
-        if self.final.exists():
+        if not self.resumable:
+            for killed in with_rows:
+                self.notes.append(f"kept the rows of a killed run into {self.final}: {_reveal(killed, self.final)}")
+            found = [p for p in found if p not in with_rows]
+            with_rows = []
+        elif self.final.exists():
             if with_rows:
                 self.notes.append(f"{', '.join(map(str, with_rows))}: rows of a killed run into {self.final}, left "
                                   f"alone because {self.final} exists (merge or remove them by hand)")
@@ -226,6 +235,19 @@ class ReportFolder:
                 break
 
 
+def _reveal(killed: Path, final: Path) -> Path:
+    """Rename a killed run's hidden folder to `FINAL.killed-<its last write>` (marked INCOMPLETE); the new path."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(killed.stat().st_mtime))
+    target, n = final.parent / f"{final.name}.killed-{stamp}", 1
+    while target.exists():
+        n += 1
+        target = final.parent / f"{final.name}.killed-{stamp}-{n}"
+    (killed / INCOMPLETE).write_text("This attnprof run was killed before it finished: what is here is partial, not a "
+                                     "finished result.\n")
+    killed.rename(target)
+    return target
+
+
 def _incomplete_text(state: str) -> str:
     return (f"This attnprof run {state}: what is here is partial, not a finished result.\n"
             "The file is removed when the run completes (`attnprof bench --resume` continues a sweep).\n")
@@ -254,10 +276,11 @@ def lock_output(output: Path) -> OutputLock:
 
 
 def open_folder(final: Path, *, keep_partial: bool = False, in_place: bool = False, rows: str | None = None,
-                resume: bool = False) -> Path:
+                resume: bool = False, resumable: bool = True) -> Path:
     """A `ReportFolder` for this command: returns the folder to write into; `commit_folder` (or the CLI, when the
     command ends without an error) completes it, and the CLI removes it on an exit-2 path or an interrupt."""
-    folder = ReportFolder(final, keep_partial=keep_partial, in_place=in_place, rows=rows, resume=resume)
+    folder = ReportFolder(final, keep_partial=keep_partial, in_place=in_place, rows=rows, resume=resume,
+                          resumable=resumable)
     _open.append(folder)
     return folder.work
 

@@ -93,7 +93,7 @@ def settings(args: argparse.Namespace, device: str):
 def run(args: argparse.Namespace) -> int:
     from attnprof.commands.common import emit_json, out_dir
     from attnprof.errors import CheckFailed
-    from attnprof.files import write_atomic, write_json
+    from attnprof.files import folder_notes, write_atomic, write_json
     from attnprof.provenance import provenance
     from attnprof.report import serve_report
     from attnprof.report.render import err, progress
@@ -106,8 +106,11 @@ def run(args: argparse.Namespace) -> int:
     s = settings(args, device)
     check_memory(s)  # the weights and the smallest prefill and decode points, before any weight is allocated
     impls = resolve_impls(args.impls, device, config=s.config, dtype=s.dtype, context=s.longest_context())
-    folder = out_dir(args, "serve", keep_partial=True)  # an interrupted run keeps serve.partial.json
+    # an interrupted run keeps serve.partial.json; a killed one's is brought into view by the next run into --out
+    folder = out_dir(args, "serve", keep_partial=True, rows=f"{args.stem}.partial.json", resumable=False)
     partial = folder / f"{args.stem}.partial.json"  # the rows so far, named as partial; removed when complete
+    for note in folder_notes(folder):
+        err.print(f"[yellow]{note}[/yellow]")
 
     def checkpoint(rows: dict) -> None:
         write_json(partial, {"partial": True, "note": "rows measured so far; the run did not finish", **rows,
