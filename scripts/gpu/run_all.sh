@@ -15,7 +15,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   [ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ] && export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-# .git does not travel to the device: the caller writes the commit here (scripts/gpu/.sha, git-ignored).
+# .git does not travel to the device: the caller writes the commit here (scripts/gpu/.sha, git-ignored, so the call
+# must name it in `carry`; without it the results say no git sha).
 [ -f scripts/gpu/.sha ] && export ATTNPROF_GIT_SHA=$(cat scripts/gpu/.sha)
 real_out="$OUT"; pack=/tmp/evidence; mkdir -p "$pack"
 export PACK="tar czf $real_out/evidence.tgz -C $pack ."  # a script may pack what it has so far: eval "${PACK:-:}"
