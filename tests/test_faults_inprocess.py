@@ -45,7 +45,8 @@ def lines(path: Path) -> list[str]:
 
 
 def hidden(out: Path) -> list[Path]:
-    return sorted(out.parent.glob(f".{out.name}.*.part"))
+    """`out`'s own hidden work folders (mkdtemp's 8 characters; a sibling output's `.k.v2.XXXX.part` is not one)."""
+    return sorted(p for p in out.parent.glob(f".{out.name}.*.part") if len(p.name) == len(out.name) + 15)
 
 
 def whole(out: Path, before: list[str]) -> None:
@@ -93,18 +94,27 @@ def test_leftovers_of_several_killed_runs(tmp_path, capsys):
     out = tmp_path / "k"
     assert main([*GRID, "--out", str(tmp_path / "src")]) == 0
     first = lines(tmp_path / "src" / "results.jsonl")[0] + "\n"
-    for name, text in (("a", first), ("b", first), ("c", "")):
-        (tmp_path / f".k.{name}.part").mkdir()
+    for name, text in (("aaaa1111", first), ("bbbb2222", first), ("cccc3333", ""), ("v2.dddd4444", first)):
+        (tmp_path / f".k.{name}.part").mkdir()  # mkdtemp's names; `.k.v2.….part` is a live `--out k.v2` run's
         (tmp_path / f".k.{name}.part" / "results.jsonl").write_text(text)
     capsys.readouterr()
     assert main([*GRID, "--out", str(out), "--resume"]) == 2  # which one to continue is the user's choice
     err = capsys.readouterr().err.strip()
-    assert "2 killed runs" in err and ".k.a.part" in err and ".k.b.part" in err and len(err.splitlines()) == 1
-    shutil.rmtree(tmp_path / ".k.b.part")
+    assert "2 killed runs" in err and ".k.aaaa1111.part" in err and ".k.bbbb2222.part" in err
+    assert len(err.splitlines()) == 1 and "v2" not in err
+    shutil.rmtree(tmp_path / ".k.bbbb2222.part")
     assert main([*GRID, "--out", str(out), "--resume"]) == 0
     err = capsys.readouterr().err
     assert "held no rows yet" in err and "continuing the run that was killed" in err
     whole(out, [first.strip()])
+    assert (tmp_path / ".k.v2.dddd4444.part" / "results.jsonl").read_text() == first  # the sibling's, untouched
+
+
+def test_results_naming_a_folder_is_one_line_before_any_work(tmp_path, capsys):
+    assert main([*GRID, "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a folder; name the results file" in err and len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_busy_out_is_refused_in_one_line(tmp_path, capsys):
@@ -133,10 +143,10 @@ def test_a_killed_serve_runs_rows_are_brought_into_view_by_the_next_run(tmp_path
     from attnprof.files import INCOMPLETE, finish_folders, folder_notes, open_folder
 
     final = tmp_path / "s"
-    killed = tmp_path / ".s.abc123.part"
+    killed = tmp_path / ".s.abc12345.part"
     killed.mkdir()
     (killed / "serve.partial.json").write_text('{"partial": true, "decode": [{"impl": "sdpa"}]}')
-    empty = tmp_path / ".s.def456.part"
+    empty = tmp_path / ".s.def45678.part"
     empty.mkdir()
     (empty / "serve.partial.json").write_text("")
     work = open_folder(final, keep_partial=True, rows="serve.partial.json", resumable=False)

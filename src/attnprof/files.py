@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -117,6 +118,8 @@ class ReportFolder:
             lock = lock_output(self.final)  # before anything is looked at: the folder is this run's from here
             if lock.note:
                 self.notes.append(lock.note)
+            if (self.final / rows).is_file():  # and its rows file, which `bench --results DIR/FILE` locks by name
+                lock_output(self.final / rows)
             adopt = self._partial_to_continue(resume)
         # in place: a sweep that resumes, or an existing folder whose parent we may not write a sibling into
         self.in_place = self.final.is_dir() and (in_place or not os.access(self.final.parent, os.W_OK))
@@ -147,7 +150,12 @@ class ReportFolder:
         with_rows = [p for p in found if (p / self.rows).stat().st_size > 0]
         if not self.resumable:
             for killed in with_rows:
-                self.notes.append(f"kept the rows of a killed run into {self.final}: {_reveal(killed, self.final)}")
+                try:
+                    shown = _reveal(killed, self.final)
+                except OSError as exc:
+                    raise UsageError(f"{killed} holds the rows of a killed run into {self.final} and cannot be moved "
+                                     f"into view ({exc.strerror or exc}): move or remove it") from None
+                self.notes.append(f"kept the rows of a killed run into {self.final}: {shown}")
             found = [p for p in found if p not in with_rows]
             with_rows = []
         elif self.final.exists():
@@ -259,7 +267,9 @@ def partial_folders(final: Path, rows: str) -> list[Path]:
     final = Path(os.path.abspath(final))
     if not final.parent.is_dir():
         return []
-    found = [p for p in final.parent.glob(f".{glob.escape(final.name)}.*.part") if (p / rows).is_file()]
+    own = re.compile(rf"\.{re.escape(final.name)}\.[a-z0-9_]{{8}}\.part")  # mkdtemp's 8 characters: not `.k.v2.….part`
+    found = [p for p in final.parent.glob(f".{glob.escape(final.name)}.*.part")
+             if own.fullmatch(p.name) and (p / rows).is_file()]
     return sorted(found, key=lambda p: p.stat().st_mtime)
 
 

@@ -10,7 +10,6 @@ it is taken over, with a note naming the pid that left it.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import platform
 import time
@@ -18,6 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnprof.errors import UsageError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; a run goes on unlocked and says so
+    fcntl = None
 
 
 def make_parents(path: Path, made: list[Path]) -> None:
@@ -34,7 +38,7 @@ def make_parents(path: Path, made: list[Path]) -> None:
 
 
 def lock_path(output: Path) -> Path:
-    output = Path(os.path.abspath(output))
+    output = Path(os.path.realpath(output))
     if output.is_dir() and not os.access(output.parent, os.W_OK):
         return output / ".attnprof.lock"
     return output.parent / f".{output.name}.lock"
@@ -54,6 +58,9 @@ class OutputLock:
         self.path = lock_path(self.output)
 
     def acquire(self) -> OutputLock:
+        if fcntl is None:
+            self.note = f"no lock on this platform: nothing stops a second run writing into {self.output}"
+            return self
         try:
             make_parents(self.path, self._made)
             while True:

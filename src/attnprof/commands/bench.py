@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from attnprof.commands.common import add_output_args, emit_json, out_dir
+from attnprof.errors import UsageError
 
 
 def register(sub) -> None:
@@ -168,6 +169,8 @@ def _results_file(args: argparse.Namespace) -> Path:
 
     pause_at("open")  # the fault tests: started, nothing of the output looked at yet
     if args.results is not None:
+        if args.results.is_dir():
+            raise UsageError(f"--results {args.results} is a folder; name the results file (or use --out DIR)")
         notes = [lock_output(args.results).note]
         path = args.results
     else:

@@ -131,13 +131,14 @@ def run(args: argparse.Namespace) -> int:
     data["pictures"] = [p.name for p in pictures]
     write_json(folder / f"{stem}.json", data)
     write_atomic(folder / f"{stem}.md", serve_report.markdown(data))
-    partial.unlink(missing_ok=True)
     from attnprof.report.serve_terminal import print_terminal
 
     print_terminal(data, wide=args.wide)
     from attnprof.files import commit_folder
 
     folder = commit_folder(folder)  # complete: renamed from its temporary name
+    # only now: killed before the commit, the hidden folder still holds the partial file the next run looks for
+    (folder / partial.name).unlink(missing_ok=True)
     err.print(f"report: {folder}/{stem}.json, {stem}.md" + "".join(f", {p.name}" for p in pictures))
     emit_json(args, serve_report.json_line(data, folder))
     failed = errors(data)
