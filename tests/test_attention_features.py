@@ -86,6 +86,16 @@ def test_verdicts_are_measured_against_eager_with_and_without_each_feature(paths
     assert ("sdpa", "softcap") not in g3 and g3[("sdpa", "sliding_window")]["verdict"] == "honours"
 
 
+def test_backends_with_no_cpu_kernel_are_judged_as_sdpa_when_resolved_for_cuda(paths):
+    """verify on a GPU resolves sdpa-efficient/-cudnn for CUDA (not rejected); the probe runs on the CPU, where they
+    have no kernel: their verdicts are sdpa's, said so, not an error."""
+    impls = resolve_impls("sdpa-efficient,sdpa-cudnn", "cuda")
+    mistral = _verdicts(attention_features(load_config(str(paths["mistral"])), impls, seq=32, flag="--seq"))
+    for impl in ("sdpa-efficient", "sdpa-cudnn"):
+        assert mistral[(impl, "sliding_window")]["verdict"] == "honours", mistral[(impl, "sliding_window")]
+        assert mistral[(impl, "sliding_window")]["how"] == "as sdpa"
+
+
 def test_an_implementation_that_drops_the_window_is_ignores_not_honours(paths):
     """The classifier on real logits: eager with the window (honours), eager without it (what an implementation
     that drops the window computes: ignores), and a model of other weights (differs)."""

@@ -20,6 +20,7 @@ first, or an idle GPU would read as a drift.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ class Stability:
 
     def to_json(self) -> dict:
         return {"reliable": self.reliable, "reason": self.reason, "short": self.short, "device": self.device,
-                "reference": f"{_n(self.device)}×{_n(self.device)} matmul, p50 of 7 calls",
+                "reference": f"{_n(self.device)}×{_n(self.device)} matmul, p50 of {_reps(self.device)} calls",
                 "reference_ms": list(self.reference_ms), "drift": self.drift, "waiting": self.waiting,
                 "load": self.load, "cores": self.cores, "wall_s": self.wall_s,
                 "thresholds": {"drift": DRIFT, "waiting": WAITING, "load_per_core": LOAD}}
@@ -80,22 +81,37 @@ def _n(device: str) -> int:
     return _SIZE["cuda" if device.startswith("cuda") else "cpu"]
 
 
-def reference_ms(device: str) -> float:
-    """p50 ms of a fixed matmul on `device`: fp32 on the CPU, 7 calls after 1; bf16 on CUDA, 15 calls after
-    `_GPU_WARM_S` of back-to-back calls (the GPU's clocks up from idle)."""
+def _reps(device: str) -> int:
+    return 15 if device.startswith("cuda") else 7
+
+
+@functools.cache
+def _operands(device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference's inputs, made once per device (a check then costs only the matmuls)."""
     n = _n(device)
-    cuda = device.startswith("cuda")
-    dtype = torch.bfloat16 if cuda else torch.float32
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-    if cuda:
+    return tuple(torch.randn(n, n, generator=gen).to(device=device, dtype=dtype) for _ in range(2))
+
+
+def reference_ms(device: str) -> float:
+    """p50 ms of a fixed matmul on `device`: fp32 on one CPU thread, 7 calls after 1 (with the pool's threads, a
+    loaded 2-core machine flips one call between 0.13 and 16 ms, and a run stalled at both ends reads as steady);
+    bf16 on CUDA, 15 calls after `_GPU_WARM_S` of back-to-back calls (the GPU's clocks up from idle)."""
+    a, b = _operands(device)
+    if device.startswith("cuda"):
         end = time.perf_counter() + _GPU_WARM_S
         while time.perf_counter() < end:
             for _ in range(8):
                 a @ b
             torch.cuda.synchronize(device)
-    return time_call(lambda: a @ b, device, warmup=1, reps=15 if cuda else 7).p50
+        return time_call(lambda: a @ b, device, warmup=1, reps=_reps(device)).p50
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return time_call(lambda: a @ b, device, warmup=1, reps=_reps(device)).p50
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _waited_s() -> float | None:

@@ -97,14 +97,15 @@ def time_call(fn: Callable[[], object], device: str, *, warmup: int = 3, reps: i
             replay, why = captured(fn, device)
             fn, method = (replay, "cuda-graph") if replay is not None else (fn, f"cuda-events (no graph: {why})")
         torch.cuda.synchronize(device)
+        stream = torch.cuda.current_stream(device)  # `device`'s own, also when it is not the current device (cuda:1)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for start, end in zip(starts, ends, strict=True):
             if l2_flush:
                 flush_l2(device)
-            start.record()
+            start.record(stream)
             fn()
-            end.record()
+            end.record(stream)
         torch.cuda.synchronize(device)
         samples = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
     else:

@@ -203,7 +203,8 @@ def probe(config, impls: list, *, flex: bool = False) -> list[Verdict]:
         elif impl.name == "flex_attention" and not flex:
             out += [Verdict(impl.name, f, "not probed", "measured", "probing flex compiles it (30 to 80 s on a CPU); "
                             "verify --model with flex among --impls probes it") for f in wanted]
-        elif impl.name.startswith("sdpa-") and impl.rejected:  # a pinned backend with no kernel on the probe's CPU
+        # a pinned backend the probe's CPU has no kernel for (efficient, cudnn; or any refused one): judged as sdpa
+        elif impl.name in ("sdpa-efficient", "sdpa-cudnn") or (impl.name.startswith("sdpa-") and impl.rejected):
             from attnprof.models.attention import AttentionImpl
 
             out += [dataclasses.replace(v, impl=impl.name, how="as sdpa")
