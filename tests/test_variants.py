@@ -149,3 +149,16 @@ def test_flash_attn_4_refuses_head_dims_outside_its_envelope_before_it_runs():
     limits = LIBRARIES["flash-attn-4"].limits
     assert "head dim 512 is outside its 8–256" in limits(Workload(head_dim=512, device="cuda"))
     assert "head dim 100 is outside" in limits(Workload(head_dim=100, device="cuda"))
+
+
+@pytest.mark.parametrize("name", ["sageattention", "flash-attn", "flash-attn-4", "flashinfer", "xformers",
+                                  "flash_attn:flash_attn_func@flash-attn"])
+def test_third_party_variants_pickle_by_name_for_ray_workers(name):
+    """A Ray worker gets its variant pickled: a third-party one is rebuilt by name (its functions are closures)."""
+    import pickle
+
+    from attnprof.variants import resolve_variants
+
+    (v,) = resolve_variants(name)
+    back = pickle.loads(pickle.dumps(v))
+    assert (back.name, back.family, back.backend, back.description) == (v.name, v.family, v.backend, v.description)

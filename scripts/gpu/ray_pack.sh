@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build, HERE (a machine that reaches PyPI), the trimmed Ray that scripts/gpu/ray.sh carries to the GPU machine.
+# Build, HERE (a machine that reaches PyPI), the trimmed Ray that docs/results/ray/reproduce.sh carries to the GPU machine.
 #
 # Why: the GPU image has no Ray and no network, and Ray's cp312 wheel is 79 MB, over the 64 MiB a device call may
 # carry. A local runtime needs Ray core only: the GCS, the raylet, the core worker, the runtime-env agent. So this
@@ -11,7 +11,7 @@
 # tarball to unpack into /tmp/site: 203 MB unpacked → 105 MB trimmed → 18.5 MB as .tar.xz (xz -9: ~3 min here).
 #
 # Usage (repo root):
-#   bash scripts/gpu/ray_pack.sh            # → .whl/ray-trim-cp312.tar.xz (18.5 MB); ray.sh unpacks it
+#   bash scripts/gpu/ray_pack.sh            # → .whl/ray-trim-cp312.tar.xz (18.5 MB); docs/results/ray/reproduce.sh unpacks it
 #   bash scripts/gpu/ray_pack.sh --check    # the same trim for THIS Python (cp311 here), then start a runtime from
 #                                           # it with a bare interpreter and only the image's deps: proves the trim
 #                                           # is safe where the cp312 build cannot be imported

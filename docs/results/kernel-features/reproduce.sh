@@ -12,7 +12,7 @@ cuda_tests "$dest/features-tests.log" 150 tests/test_kernel_features.py
 for program in gluon-default triton; do
   gluon=1; [ $program = triton ] && gluon=0
   FLASH_TRITON_GLUON_FEATURES=$gluon timeout $(( $(left) > 90 ? 90 : $(left) )) python3 -m attnprof verify --device cuda \
-    --model "$dest/gemma2.json" --impls eager,kernel --dtype bf16 --model-seq 1024 --out /tmp/verify-gemma2-$program --json > /dev/null 2>&1
+    --model docs/results/kernel-features/gemma2.json --impls eager,kernel --dtype bf16 --model-seq 1024 --out /tmp/verify-gemma2-$program --json > /dev/null 2>&1
   echo "verify gemma2 ($program) exit=$?"
   cp /tmp/verify-gemma2-$program/verify.md "$dest/verify-gemma2-$program.md"
   cp /tmp/verify-gemma2-$program/verify.json "$dest/verify-gemma2-$program.json"

@@ -123,7 +123,7 @@ def _version(module: str, pip: str) -> str | None:
     return None
 
 
-def adapter_variant(name: str, lib: Library) -> Variant:
+def adapter_variant(name: str, lib: Library, recipe: tuple[Callable[..., Variant], tuple] | None = None) -> Variant:
     """A variant that imports `lib` only when asked whether it supports a workload (so a missing package is a
     rejected row, not an error at start-up), then calls it through its convention."""
     conv = CONVENTIONS[lib.convention]
@@ -182,11 +182,11 @@ def adapter_variant(name: str, lib: Library) -> Variant:
 
     run.__name__ = lib.function
     return Variant(name=name, fn=run, supports=supports, family="third-party", backend=backend,
-                   description=f"{lib.module}.{lib.function} ({conv.name} convention)")
+                   description=f"{lib.module}.{lib.function} ({conv.name} convention)", recipe=recipe)
 
 
 def named(name: str) -> Variant:
-    return adapter_variant(name, LIBRARIES[name])
+    return adapter_variant(name, LIBRARIES[name], recipe=(named, (name,)))  # pickles by name: `bench --ray` workers
 
 
 def from_spec(spec: str) -> Variant:
@@ -196,4 +196,4 @@ def from_spec(spec: str) -> Variant:
     if conv not in CONVENTIONS or not module or not function:
         raise UsageError(f"variant {spec!r}: expected module:function@convention with convention one of "
                          f"{', '.join(CONVENTIONS)}")
-    return adapter_variant(spec, Library(module, function, conv, module.split(".")[0]))
+    return adapter_variant(spec, Library(module, function, conv, module.split(".")[0]), recipe=(from_spec, (spec,)))
