@@ -196,3 +196,11 @@ def test_model_gate_still_fails_the_mutants(mutant, one_thread):
     for (seed, _), why in _model_gate(NOISE_SEEDS[:3], [f"tests.broken:{mutant}"]).items():
         assert any("top-1 agreement" in w and "decisive positions" in w for w in why), (seed, why)
         assert any("max |Δ logits|" in w for w in why), (seed, why)
+
+
+def test_no_decisive_position_is_said_not_scored_as_100_percent():
+    """A model whose every top-2 margin is a near-tie has nothing for top-1 to judge: the report says so."""
+    from attnprof.report.verify_report import _top1
+
+    assert _top1({"top1_decisive": 1.0, "decisive": 0}) == "none decisive"
+    assert _top1({"top1_decisive": 0.99, "decisive": 71}, "/") == "99.0%/71"

@@ -93,7 +93,10 @@ DECISIVE_NOTE = ("top-1: agreement at the N decisive positions, where eager fp32
 
 
 def _top1(a: dict, sep: str = " of ") -> str:
-    """Top-1 agreement at the decisive positions and how many there are ("99.0% of 71"; compact: "99.0%/71")."""
+    """Top-1 agreement at the decisive positions and how many there are ("99.0% of 71"; compact: "99.0%/71"). No
+    decisive position (every top-2 margin a near-tie) is "none decisive", not a 100 % that judged nothing."""
+    if not a["decisive"]:
+        return "none decisive"
     return f"{100 * a['top1_decisive']:.1f}%{sep}{a['decisive']}"
 
 
