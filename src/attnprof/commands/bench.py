@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from attnprof.commands.common import add_output_args, emit_json, out_dir
-from attnprof.errors import UsageError
+from attnprof.errors import CheckFailed, UsageError
 
 
 def register(sub) -> None:
@@ -55,7 +55,6 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnprof.bench.executor_choice import make_executor
     from attnprof.bench.spec import split_list
-    from attnprof.errors import UsageError
 
     if args.reps < 5 or args.warmup < 0:
         raise UsageError("--reps must be >= 5 (p20/p80 of fewer are noise) and --warmup >= 0")
@@ -77,7 +76,6 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
     from attnprof.bench.results import with_speedups
     from attnprof.bench.spec import build_grid
     from attnprof.bench.sweep import run_sweep
-    from attnprof.errors import UsageError
     from attnprof.report import bench_tables as T
     from attnprof.report.render import err, progress
     from attnprof.workload import resolve_device
@@ -146,8 +144,6 @@ def _run(args: argparse.Namespace, executor, kinds: list[str]) -> int:
                      "machine": machine.to_json() if machine else None})
     failed = [r for r in rows if r["status"] == "error"]  # the status model: an error in what was asked → exit 1
     if failed:
-        from attnprof.errors import CheckFailed
-
         raise CheckFailed(f"{len(failed)} cell(s) failed: " + "; ".join(
             f"{r['variant']} on {r.get('label', r['key'])}: {r.get('reason')}" for r in failed[:5]))
     return 0
@@ -181,7 +177,6 @@ def _results_file(args: argparse.Namespace) -> Path:
     return path
 
 
-
 def grid_file(path: Path) -> Path:
     """The file beside a results file that records which grid it is a sweep of."""
     return path.with_name(path.stem + ".grid.json")
@@ -193,7 +188,6 @@ def _check_grid(path: Path, cells, kinds: list[str], resume: bool) -> None:
     import hashlib
 
     from attnprof.bench.results import read_results, row_id
-    from attnprof.errors import UsageError
     from attnprof.files import read_json, write_json
 
     keys = sorted({f"{c.key}@{t}" if t else c.key for c in cells for t in (kinds or [None])})
