@@ -53,7 +53,12 @@ PATHS = {"default": None, "ptr": dict(block_m=128, block_n=64, num_warps=8, num_
          "gluon-wsp": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True,
                            persistent=True),
          "gluon-ws-varlen": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True,
-                                 varlen=True)}
+                                 varlen=True),
+         "gluon-lpt": dict(block_m=64, block_n=64, num_warps=4, num_stages=3, gluon=True, lpt=True),
+         "gluon-ws-lpt": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True,
+                              lpt=True),
+         "gluon-ws-varlen-lpt": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True,
+                                     warp_specialize=True, varlen=True, lpt=True)}
 
 
 def oracle_case(case: tuple, d: int):
@@ -105,7 +110,8 @@ def test_matches_oracle_within_twice_eager(mod, case, path):
         assert (out[:, :, : sq - sk] == 0).all()
 
 
-@pytest.mark.parametrize("path", ["default", "gluon", "gluon-ws", "gluon-ws-128", "gluon-wsp", "gluon-ws-varlen"])
+@pytest.mark.parametrize("path", ["default", "gluon", "gluon-ws", "gluon-ws-128", "gluon-wsp", "gluon-ws-varlen",
+                                  "gluon-ws-lpt", "gluon-ws-varlen-lpt"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:6])) + f"-{c[6]}-{'causal' if c[7] else 'full'}")
 def test_views_of_the_heads_major_layout_match_oracle(mod, case, path):
     """`[B, S, H, D]` views of PyTorch's `[B, H, S, D]` tensors, as the `kernel` variant hands them over (no copy):
@@ -131,6 +137,21 @@ def test_views_of_the_heads_major_layout_match_oracle(mod, case, path):
     out = out.transpose(1, 2)
     err, base = rel_err(out, ref), rel_err(eager, ref)
     assert err <= 2 * base, f"kernel error {err:.3g} > 2 x eager {dtype} error {base:.3g}"
+
+
+@pytest.mark.parametrize("path", ["gluon-lpt", "gluon-ws-lpt", "gluon-ws-varlen-lpt"])
+def test_lpt_order_with_a_partial_l2_section_matches_oracle(mod, path, monkeypatch):
+    """`Config.lpt` with L2 sized for 8 heads' K/V while the call has 3 x 4 = 12 (batch, head)s: one full section and
+    a partial one of 4 (`_gluon.tile_order`); every tile is computed once, in both layouts, causal."""
+    d, sk = 128, 1024
+    monkeypatch.setattr(mod._config, "L2_BYTES", 8 * sk * 2 * d * 2)
+    inputs, ref, eager = oracle_case((3, 4, 2, sk, sk, True), d)
+    cfg = mod.Config(**PATHS[path])
+    for layout, (q, k, v) in both_layouts(inputs):
+        assert mod.l2_heads(sk, d, 2, 12) == 8
+        out = mod.attention(q, k, v, inputs.scale, True, config=cfg).transpose(1, 2)
+        err, base = rel_err(out, ref), rel_err(eager, ref)
+        assert err <= 2 * base, f"{layout}: kernel error {err:.3g} > 2 x eager error {base:.3g}"
 
 
 @pytest.mark.parametrize("d", [80, 96, 256])

@@ -497,6 +497,46 @@ def test_sinks_on_the_dense_warp_specialized_program_match_the_fp64_oracle(d):
     assert plan.kind == "gluon" and plan.cfg.warp_specialize and not plan.cfg.varlen, plan
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("tiles", [(64, 64, 3, 64), (64, 128, 2, 64), (64, 64, 3, 128)],
+                         ids=lambda t: f"{t[0]}x{t[1]}-s{t[2]}-d{t[3]}")
+@pytest.mark.parametrize("lpt", [False, True], ids=["grid", "lpt"])
+def test_window_and_sinks_on_the_one_warpgroup_program_match_the_fp64_oracle(tiles, lpt):
+    """A sliding window and sinks on the one-warpgroup Gluon program (gpt-oss's small windows), named explicitly:
+    gpt-oss's pattern (causal, window (128, 0), sinks), a window alone, a window on both sides without causal, Sq <
+    Sk; both TMA layouts; the grid and the LPT order."""
+    import torch
+
+    from attnprof.variants import kernel_hub
+
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon programs are sm_90 only")
+    bm, bn, stages, d = tiles
+    cfg = mod.Config(block_m=bm, block_n=bn, num_warps=4, num_stages=stages, gluon=True, lpt=lpt)
+    gen = torch.Generator().manual_seed(13)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to("cuda", torch.bfloat16)
+
+    hq, hkv = 8, 2
+    sinks = (torch.randn(hq, generator=gen) * 2 + 3).cuda()
+    scale = d ** -0.5
+    for causal, window, with_sinks, sq, sk in ((True, (128, 0), True, 1024, 1024), (True, (200, 0), False, 512, 1024),
+                                               (False, (70, 33), True, 1024, 1024), (True, (-1, -1), True, 512, 1024)):
+        s_aux = sinks if with_sinks else None
+        q, k, v = rand(2, sq, hq, d, scale=3.0), rand(2, sk, hkv, d), rand(2, sk, hkv, d)
+        f = mod.parse_features("test", q, 0.0, window, s_aux)
+        for qq, kk, vv in ((q, k, v), tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))):
+            got = mod.attention(qq, kk, vv, scale, causal, config=cfg, features=f, s_aux=s_aux)
+            e = Errors()
+            for o, q1, k1, v1 in zip(got, q, k, v):
+                e.add(o.cpu(), q1.cpu(), k1.cpu(), v1.cpu(), causal, scale, 0.0, window,
+                      None if s_aux is None else s_aux.cpu())
+            r = e.result()
+            assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, (causal, window, with_sinks, sq, sk, r)
+
+
 def test_default_arguments_take_the_one_plain_features_object():
     """`is_plain` lets a plain call skip parsing (host time per call), and whatever spells the defaults parses to the
     one `PLAIN` the launch paths test by identity; anything else still goes through `parse_features`' checks."""

@@ -42,7 +42,7 @@ def _source(fn, sig, const):
 
 def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
                  ws: bool = False, persistent: bool = False, heads_in_rows: bool = False, joint: bool = False,
-                 sinks: bool = False):
+                 sinks: bool = False, window: bool = False, lpt: bool = False):
     mod = _module()
     fn = mod.attention_fwd_sm90_wsp if persistent else mod.attention_fwd_sm90_ws if ws else mod.attention_fwd_sm90
     q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
@@ -59,7 +59,8 @@ def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: 
                  num_warps=warps)
     # the programs' defaulted constexprs, as the launcher passes them (HEADS_IN_ROWS: [B, S, H, D] views of
     # [B, H, S, D] tensors, descriptors over [B*H*S, D]; JOINT_RELEASE: the K/V release of TUNING.md step 12)
-    const.update({k: v for k, v in (("HEADS_IN_ROWS", heads_in_rows), ("JOINT_RELEASE", joint)) if k in fn.arg_names})
+    const.update({k: v for k, v in (("HEADS_IN_ROWS", heads_in_rows), ("JOINT_RELEASE", joint), ("WINDOW", window),
+                                    ("LPT", lpt)) if k in fn.arg_names})
     if "Sinks" in fn.arg_names:  # the dense warp-specialized program's one model feature: None when off, as launched
         const["SINKS"] = sinks
         if sinks:
@@ -125,6 +126,59 @@ def test_sinks_on_the_warp_specialized_form_keep_its_schedule(shape, tmp_path):
     assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
     plain = compile_sm90(*shape, tmp_path, ws=True)[1]
     assert sass.count("MUFU.EX2") > plain.count("MUFU.EX2")  # the sink's exp2 and the rescale's: it is computed
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 64, 4, 3, True), (64, 128, 64, 4, 2, True), (64, 64, 128, 4, 3, True)],
+                         ids=lambda s: f"{s[0]}x{s[1]}-d{s[2]}-s{s[4]}")
+def test_one_warpgroup_program_takes_a_window_and_sinks_in_lpt_order_with_its_schedule(shape, tmp_path):
+    """A sliding window and sinks on the one-warpgroup program (small windows: several 64-row CTAs per SM) and the
+    LPT tile order change the loop's bounds, masks and tile coordinates only: the in-warpgroup overlap stays, nothing
+    spills, and the window's mask and the sink's exponentials are in the code."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    kernel, sass, usage = compile_sm90(*shape, tmp_path, sinks=True, window=True, lpt=True, heads_in_rows=True)
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass
+    assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
+    assert kernel.metadata.shared <= SMEM_PER_SM
+    plain = compile_sm90(*shape, tmp_path)[1]
+    assert sass.count("MUFU.EX2") > plain.count("MUFU.EX2")  # the sink's exp2 and its rescale
+    assert sass.count("ISETP") > plain.count("ISETP")  # the window's edges are compared
+
+
+def test_lpt_order_keeps_the_warp_specialized_schedule(tmp_path):
+    """`Config.lpt` reorders the tiles on a one-dimensional grid; the consumers' schedule and register budget stay."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    kernel, sass, usage = compile_sm90(128, 128, 128, 4, 3, True, tmp_path, ws=True, lpt=True)
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
+    assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
+
+
+def test_lpt_tile_order_visits_every_tile_once_heaviest_first():
+    """`tile_order`'s LPT mapping, run as plain Python (the same integer arithmetic): a permutation of the
+    (query block, head) grid, each section of `l2_heads` heads taking every head's heaviest block before any lighter
+    one, the partial last section included."""
+    mod = _module()
+    fn = getattr(mod.tile_order, "fn", mod.tile_order)
+    for n_m, n_bh, l2 in ((16, 128, 32), (5, 7, 4), (3, 6, 8), (4, 4, 1)):
+        l2 = min(l2, n_bh)
+        order = [_lpt_python(t, n_m, n_bh, l2) for t in range(n_m * n_bh)]
+        assert sorted(order) == [(m, bh) for m in range(n_m) for bh in range(n_bh)]
+        sections = {}
+        for m, bh in order:
+            sections.setdefault(bh // l2, []).append(m)
+        for ms in sections.values():
+            assert ms == sorted(ms, reverse=True)  # heaviest (last query block, causal) first within a section
+    assert callable(fn)
+
+
+def _lpt_python(tile: int, n_m: int, n_bh: int, l2: int) -> tuple[int, int]:
+    """`_gluon.tile_order(LPT=True, CAUSAL=True)` in Python (kept in step with it by the GPU tests' oracle checks)."""
+    span = l2 * n_m
+    section, within = divmod(tile, span)
+    width = l2 if section < n_bh // l2 else n_bh % l2
+    block, residual = divmod(within, width)
+    return n_m - 1 - block, section * l2 + residual
 
 
 def test_consumers_release_keys_after_qk_and_values_after_pv(tmp_path):

@@ -70,7 +70,13 @@ def main() -> int:
                    help="interleaved rounds of ours then SDPA (the order alternating) per shape; medians printed "
                         "(default 7)")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--stage", action="store_true",
+                   help="instead: the main job's `kernel`, `sdpa` (and `flash-attn-4`) stages on the tutorial workload "
+                        "as `attnprof stages` calls them (Variant, no_grad, [B, H, S, D] views), before and after a "
+                        "profiler session: host us per call, p50 latency of 20 event-timed calls, host syncs")
     args = p.parse_args()
+    if args.stage:
+        return stage_table(args.calls)
     if args.calls < 1 or args.rounds < 1:
         p.error("--calls and --rounds must be at least 1")
     from kernels import get_local_kernel
@@ -101,6 +107,47 @@ def main() -> int:
         if args.profile and (b, s) == (8, 1024):
             print_profile(ours)
     decode_table(mod, args.calls, args.rounds, args.profile)
+    return 0
+
+
+def stage_table(calls: int) -> int:
+    """The `--stage` table: where the main job's per-call latency of a third-party entry point comes from."""
+    from attnprof.profiling.capture import capture
+    from attnprof.variants import resolve_variants
+    from attnprof.workload import Workload
+
+    w = Workload(batch=8, heads=16, seq=1024, head_dim=64, dtype="bf16", causal=True, device="cuda")
+    inputs = w.make_inputs(0)
+    names = ["sdpa", "kernel"]
+    try:
+        import flash_attn.cute  # noqa: F401
+        names.append("flash-attn-4")
+    except ImportError:
+        pass
+    print(f"{'stage':<14} {'when':<16} {'host us':>8} {'p50 ms':>8} {'gpu ms':>8}  syncs")
+    for variant in resolve_variants(",".join(names)):
+        def call(variant=variant):
+            with torch.no_grad():
+                return variant(inputs)
+
+        gpu = time_call(call, "cuda", warmup=3, reps=20, cuda_graph=True)
+        for when in ("fresh", "after profiler"):
+            if when == "after profiler":
+                capture(call, Path("/tmp/host_cost_trace.json"), device="cuda", steps=5, warmup=2)
+            host = host_us(call, calls)
+            lat = time_call(call, "cuda", warmup=3, reps=20)
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                for _ in range(3):
+                    call()
+                syncs = "none"
+            except RuntimeError as e:
+                syncs = f"sync: {str(e).splitlines()[0][:80]}"
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            print(f"{variant.name:<14} {when:<16} {host:8.1f} {lat.p50:8.4f} {gpu.p50:8.4f}  {syncs}", flush=True)
+        print_profile(call, 100) if variant.name == "kernel" else None
     return 0
 
 

@@ -14,7 +14,9 @@ values (`kernel_args`).
 
 Which programs take them: the Triton prefill program (dense and varlen), the split-KV decode program (dense and
 paged caches) and, of the sm_90 Gluon programs, the warp-specialized varlen one (`_gluon_varlen.py`; it also runs
-dense calls). An explicit config naming another Gluon program with a feature is refused with that reason.
+dense calls), the one-warpgroup one a window and sinks (`_gluon.attention_fwd_sm90`, aligned Sq <= Sk) and the
+dense warp-specialized one sinks alone. An explicit config naming another Gluon program with a feature is refused
+with that reason.
 
 Where a call with a feature goes by default: the program the plain call would take when that is the Triton or the
 decode program; where the plain call takes a Gluon program, the varlen Gluon program (`GLUON_BY_DEFAULT`), faster
@@ -158,10 +160,12 @@ def sinks_only(f: Features) -> bool:
     return f.sinks and f.softcap <= 0 and f.window == (-1, -1)
 
 
-def gluon_problem(f: Features, varlen: bool, ws: bool = False) -> str | None:
-    """Why this Gluon program cannot take these features (None: plain attention, the varlen program, or sinks alone
-    on the dense warp-specialized one, `ws`: not persistent)."""
-    if not f.any or varlen or (ws and sinks_only(f)):
+def gluon_problem(f: Features, varlen: bool, ws: bool = False, one_wg: bool = False) -> str | None:
+    """Why this Gluon program cannot take these features (None: plain attention, the varlen program, sinks alone on
+    the dense warp-specialized one, `ws`: not persistent, or a window and sinks without softcap on the one-warpgroup
+    one, `one_wg`)."""
+    if not f.any or varlen or (ws and sinks_only(f)) or (one_wg and f.softcap <= 0):
         return None
-    return (f"of the Gluon programs only the warp-specialized varlen one computes every model feature, the dense "
-            f"warp-specialized one sinks alone (asked for {f.label()}); pick the varlen one with varlen=True")
+    return (f"of the Gluon programs only the warp-specialized varlen one computes every model feature, the "
+            f"one-warpgroup one a window and sinks, the dense warp-specialized one sinks alone (asked for "
+            f"{f.label()}); pick the varlen one with varlen=True")

@@ -188,7 +188,7 @@ def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, c
     attention_fwd_sm90_ws_varlen[grid](
         tma_desc(q[None], cfg.block_m // 2, heads), tma_desc(k[None], cfg.block_n, heads),
         tma_desc(v[None], cfg.block_n, heads), out, out.stride(0),
-        qk_scale, hq, hq // hkv, cu_q, cu_k, q.shape[0], k.shape[0], *features,
+        qk_scale, hq, hq // hkv, cu_q, cu_k, q.shape[0], k.shape[0], *features, 1,  # L2_HEADS: not LPT
         HEAD_DIM=block_d(d), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
         num_warps=cfg.num_warps, HEADS_IN_ROWS=heads, HEAD_DIM_VALID=d, JOINT_RELEASE=cfg.joint_release,
         **varlen_gluon_meta(f, cfg),

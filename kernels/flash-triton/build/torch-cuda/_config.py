@@ -49,6 +49,8 @@ class Config:
     # False: the online softmax as for plain calls, kept to measure against
     p_pack_alu: bool = False  # the varlen form rounds P to bf16 on the integer pipe instead of F2FP (bf16 only;
     # TUNING.md steps 21-22: alone it loses, with cap_poly=4 it wins)
+    lpt: bool = False  # the dense Gluon programs' causal and windowed tiles in FlashAttention's LPT order, heads
+    # grouped in sections whose K/V fit in L2 (`l2_heads`; `_gluon.tile_order`)
     cap_poly: int = 0  # with cap_bound: one exponential in cap_poly (2, 4) as a polynomial on the FMA pipes (steps
     # 20, 22). A default softcap-alone call at head dims 80-128 takes cap_poly=4 and, in bf16, p_pack_alu
     # (`_features.softcap_switches`)
@@ -66,7 +68,8 @@ class Config:
                 + (" lz" if self.lazy_rescale else "") + (" gluon" if self.gluon else "")
                 + (" persistent" if self.persistent else "") + (" varlen" if self.varlen else "")
                 + (" joint" if self.joint_release else "") + ("" if self.cap_bound else " online-max")
-                + (f" poly/{self.cap_poly}" if self.cap_poly else "") + (" alu-pack" if self.p_pack_alu else ""))
+                + (f" poly/{self.cap_poly}" if self.cap_poly else "") + (" alu-pack" if self.p_pack_alu else "")
+                + (" lpt" if self.lpt else ""))
 
 
 def p_pack_problem(cfg: Config, dtype: torch.dtype, packed: bool = False) -> str | None:
@@ -156,6 +159,18 @@ def gluon_preferred(head_dim: int, causal: bool, sk: int, aligned: bool) -> Conf
     if head_dim == 64 and aligned:
         return GLUON_64
     return None
+
+
+L2_BYTES = 50 * 2**20  # what FlashAttention's LPT scheduler counts on for K/V in an H100's/H200's L2
+
+
+def l2_heads(sk: int, head_dim: int, itemsize: int, heads: int) -> int:
+    """How many heads an LPT section groups (`_gluon.tile_order`): the largest power of two whose K/V (sk keys, K and
+    V rows of `head_dim`) fit in `L2_BYTES`, at least 1 and at most `heads` (batch x query heads), as FlashAttention's
+    SingleTileLPTScheduler sizes its swizzle."""
+    per_head = max(sk * 2 * block_d(head_dim) * itemsize, 1)
+    n = max(L2_BYTES // per_head, 1)
+    return min(1 << (n.bit_length() - 1), max(heads, 1))
 
 
 def block_d(head_dim: int) -> int:

@@ -75,20 +75,50 @@ def _scores(s, j, full, offs_m, offs_n, diag, CAUSAL: gl.constexpr, BLOCK_N: gl.
 
 
 @gluon.jit
-def _softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr):
-    """The first key block of a tile: running max, running sum, and P as the next wgmma's register operand."""
+def _softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, SAFE: gl.constexpr = False):
+    """The first key block of a tile: running max, running sum, and P as the next wgmma's register operand. `SAFE`:
+    a row may see no key of the block (a sliding window): its max is -inf and p must come out 0, not NaN."""
     m_i = gl.max(s, axis=1) * qk_scale
-    p = gl.exp2(s * qk_scale - m_i[:, None])
+    if SAFE:
+        p = gl.exp2(s * qk_scale - gl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
+    else:
+        p = gl.exp2(s * qk_scale - m_i[:, None])
     return gl.convert_layout(p.to(dtype), p_layout), m_i, gl.sum(p, axis=1)
 
 
 @gluon.jit
-def _softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr):
+def _softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, SAFE: gl.constexpr = False):
     """A later key block: the online-softmax update; alpha rescales the accumulator once its P·V is done."""
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-    p = gl.exp2(s * qk_scale - m_new[:, None])
-    alpha = gl.exp2(m_i - m_new)
+    if SAFE:
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        p = gl.exp2(s * qk_scale - m_use[:, None])
+        alpha = gl.exp2(m_i - m_use)
+    else:
+        p = gl.exp2(s * qk_scale - m_new[:, None])
+        alpha = gl.exp2(m_i - m_new)
     return gl.convert_layout(p.to(dtype), p_layout), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
+
+
+@gluon.jit
+def _window_scores(s, j, m0, offs_m, offs_n, diag, win_left, win_right, ROWS: gl.constexpr,
+                   BLOCK_N: gl.constexpr):
+    """Key block j's scores with a sliding window's edges (flash-attn's: key j kept for row i when
+    i + diag - win_left <= j <= i + diag + win_right) on a block that crosses one for some of the `ROWS` rows from m0."""
+    lo = j * BLOCK_N
+    if (lo < m0 + ROWS - 1 + diag - win_left) | (lo + BLOCK_N - 1 > m0 + diag + win_right):
+        rel = (lo + offs_n)[None, :] - (offs_m[:, None] + diag)
+        s = gl.where((rel >= -win_left) & (rel <= win_right), s, float("-inf"))
+    return s
+
+
+@gluon.jit
+def _sink_rescale(acc, m_i, l_i, sink, rows_o: gl.constexpr):
+    """The sink's logit `sink` (log2 units) joins each row's softmax denominator after the last key block (gpt-oss);
+    a row that saw no key (m = -inf, l = 0) stays 0."""
+    m_new = gl.maximum(m_i, sink)
+    alpha = gl.exp2(m_i - m_new)
+    return acc * gl.convert_layout(alpha, rows_o)[:, None], l_i * alpha + gl.exp2(sink - m_new)
 
 
 @gluon.jit
@@ -109,36 +139,69 @@ def _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, block, kv_row, 
 
 
 @gluon.jit
-def _program_tile(H, GROUPS, SQ, SK, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
-                  HEADS_IN_ROWS: gl.constexpr):
-    """(m0, q_row, kv_row, q_col, kv_col) of this program's tile, grid (Sq / BLOCK_M, B * H): causal tiles heaviest
-    first; the TMA coordinates in `[B*S, H*D]` (a head is a column block) or, with `HEADS_IN_ROWS`, `[B*H*S, D]` (a
-    head's rows are consecutive)."""
-    if CAUSAL:
-        start_m = gl.num_programs(0) - 1 - gl.program_id(0)
+def tile_order(n_m, l2_heads, CAUSAL: gl.constexpr, LPT: gl.constexpr):
+    """(start_m, off_bh): this program's query block and (batch, head). Grid (n_m, B * H) by default, head-major,
+    a causal head's heaviest block first. `LPT` (grid (n_m * B * H,)): FlashAttention's SingleTileLPTScheduler
+    order -- the (batch, head)s in sections of `l2_heads` (as many heads' K/V as fit in L2, `_config.l2_heads`), and
+    within a section every head's heaviest query block before any head's next one, so the lightest tiles of all
+    heads end the launch (longest processing time first) instead of each head's."""
+    if LPT:
+        tile = gl.program_id(0)
+        n_bh = gl.num_programs(0) // n_m
+        span = l2_heads * n_m
+        section = tile // span
+        within = tile % span
+        if section < n_bh // l2_heads:
+            width = l2_heads
+        else:  # the last, partial section
+            width = n_bh % l2_heads
+        block = within // width
+        off_bh = section * l2_heads + within % width
+        if CAUSAL:
+            start_m = n_m - 1 - block
+        else:
+            start_m = block
     else:
-        start_m = gl.program_id(0)
-    off_bh = gl.program_id(1)
+        if CAUSAL:
+            start_m = gl.num_programs(0) - 1 - gl.program_id(0)
+        else:
+            start_m = gl.program_id(0)
+        off_bh = gl.program_id(1)
+    return start_m, off_bh
+
+
+@gluon.jit
+def _program_tile(H, GROUPS, SQ, SK, L2_HEADS, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
+                  HEADS_IN_ROWS: gl.constexpr, LPT: gl.constexpr):
+    """(m0, q_row, kv_row, q_col, kv_col, h) of this program's tile (`tile_order`; Sq a multiple of BLOCK_M); the TMA
+    coordinates in `[B*S, H*D]` (a head is a column block) or, with `HEADS_IN_ROWS`, `[B*H*S, D]` (a head's rows are
+    consecutive)."""
+    start_m, off_bh = tile_order(SQ // BLOCK_M, L2_HEADS, CAUSAL, LPT)
     b = off_bh // H
     h = off_bh % H
     hk = h // GROUPS  # GQA
     m0 = start_m * BLOCK_M
     if HEADS_IN_ROWS:
-        return m0, (b * H + h) * SQ + m0, (b * (H // GROUPS) + hk) * SK, 0, 0
+        return m0, (b * H + h) * SQ + m0, (b * (H // GROUPS) + hk) * SK, 0, 0, h
     else:
-        return m0, b * SQ + m0, b * SK, h * HEAD_DIM, hk * HEAD_DIM
+        return m0, b * SQ + m0, b * SK, h * HEAD_DIM, hk * HEAD_DIM, h
 
 
 @gluon.jit
-def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK,
-                       HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK, L2_HEADS, Sinks, win_left,
+                       win_right, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
-                       HEADS_IN_ROWS: gl.constexpr = False):
-    """grid = (Sq / BLOCK_M, B * H); BLOCK_M = 16 * num_warps (one warpgroup per 64 rows). The descriptors are 2-D
-    views `[B*S, H*D]` of `[B, S, H, D]` tensors, or with `HEADS_IN_ROWS` `[B*H*S, D]` of `[B, H, S, D]` ones
-    (`[B, S, H, D]` views of them: what a transpose of PyTorch's own layout hands over, read without a copy)."""
+                       HEADS_IN_ROWS: gl.constexpr = False, LPT: gl.constexpr = False, WINDOW: gl.constexpr = False,
+                       SINKS: gl.constexpr = False):
+    """grid = (Sq / BLOCK_M, B * H), with `LPT` (Sq / BLOCK_M * B * H,) (`tile_order`); BLOCK_M = 16 * num_warps
+    (one warpgroup per 64 rows). The descriptors are 2-D views `[B*S, H*D]` of `[B, S, H, D]` tensors, or with
+    `HEADS_IN_ROWS` `[B*H*S, D]` of `[B, H, S, D]` ones (`[B, S, H, D]` views of them: what a transpose of PyTorch's
+    own layout hands over, read without a copy). `WINDOW`: a sliding window (win_left, win_right; a bound past every
+    key for an unbounded side), the tile walks only the key blocks its rows' windows reach; `SINKS`: the sink logits
+    Sinks `[H]` (any float dtype) join each row's denominator. Sq <= Sk whenever either is on (every row sees a key)."""
     dtype: gl.constexpr = desc_q.dtype
-    m0, q_row, kv_row, q_col, kv_col = _program_tile(H, GROUPS, SQ, SK, HEAD_DIM, BLOCK_M, CAUSAL, HEADS_IN_ROWS)
+    m0, q_row, kv_row, q_col, kv_col, h = _program_tile(H, GROUPS, SQ, SK, L2_HEADS, HEAD_DIM, BLOCK_M, CAUSAL,
+                                                        HEADS_IN_ROWS, LPT)
 
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -165,12 +228,17 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
     else:
         end = SK
         full = SK
-    n_blocks = gl.cdiv(end, BLOCK_N)
+    if WINDOW:  # the key blocks from the first row's window start to the last row's window end
+        end = gl.minimum(end, m0 + BLOCK_M + diag + win_right)
+        first = gl.maximum(m0 + diag - win_left, 0) // BLOCK_N
+    else:
+        first = 0
+    n_blocks = gl.cdiv(end, BLOCK_N) - first
 
     mbarrier.expect(q_bar, desc_q.block_type.nbytes)
     _tma_load(desc_q, [q_row, q_col], q_bar, q_smem)
     for i in gl.static_range(STAGES):
-        _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, i, i, kv_row, kv_col, i < n_blocks, BLOCK_N)
+        _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, i, first + i, kv_row, kv_col, i < n_blocks, BLOCK_N)
 
     offs_m = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -181,8 +249,10 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
     mbarrier.wait(k_bar.index(0), 0)
     s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=[s])
-    s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-    p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout)
+    s = _scores(s, first, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
+    if WINDOW:
+        s = _window_scores(s, first, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
+    p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, WINDOW)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -193,19 +263,24 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
         mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
         s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
-        s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-        p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
+        s = _scores(s, first + j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
+        if WINDOW:
+            s = _window_scores(s, first + j, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
+        p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, WINDOW)
         acc = warpgroup_mma_wait(0, deps=[acc])
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
         if num_warps > 4:  # another warpgroup may still read this stage
             _cta_barrier()
         nxt = j - 1 + STAGES
-        _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, prev, nxt, kv_row, kv_col, nxt < n_blocks, BLOCK_N)
+        _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, prev, first + nxt, kv_row, kv_col, nxt < n_blocks,
+                 BLOCK_N)
 
     last = (n_blocks - 1) % STAGES
     mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
+    if SINKS:
+        acc, l_i = _sink_rescale(acc, m_i, l_i, gl.load(Sinks + h).to(gl.float32) * 1.4426950408889634, rows_o)
 
     mbarrier.invalidate(q_bar)
     for i in gl.static_range(STAGES):
@@ -312,10 +387,7 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
     acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     if SINKS:
-        m_new = gl.maximum(m_i, sink)
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.exp2(sink - m_new)
-        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        acc, l_i = _sink_rescale(acc, m_i, l_i, sink, rows_o)
     out = acc / gl.convert_layout(l_i, rows_o)[:, None]
     q_tile.store(out.to(dtype))  # this half's Q buffer is free: all its QKᵀ are done
     fence_async_shared()
@@ -352,20 +424,22 @@ def _ws_buffers(desc_q, desc_k, desc_v, HALF_M: gl.constexpr, HEAD_DIM: gl.const
 
 
 @gluon.jit
-def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK, Sinks,
+def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK, Sinks, L2_HEADS,
                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                           HEADS_IN_ROWS: gl.constexpr = False, JOINT_RELEASE: gl.constexpr = False,
-                          SINKS: gl.constexpr = False):
-    """grid = (Sq / BLOCK_M, B * H); BLOCK_M = 128 (two consumer warpgroups of 64 rows), num_warps = 4 (the default
+                          SINKS: gl.constexpr = False, LPT: gl.constexpr = False):
+    """grid = (Sq / BLOCK_M, B * H), with `LPT` (Sq / BLOCK_M * B * H,) (`tile_order`); BLOCK_M = 128 (two consumer
+    warpgroups of 64 rows), num_warps = 4 (the default
     partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows.
     `HEADS_IN_ROWS`: as in `attention_fwd_sm90`. `JOINT_RELEASE`: a K/V stage is released once, after P·V (kept to
     measure against; TUNING.md step 13). `SINKS`: attention sinks (Sinks `[H]`, any float
     dtype; None without), the one model feature this program computes (`_features.py`)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
-    m0, q_row, kv_row, q_col, kv_col = _program_tile(H, GROUPS, SQ, SK, HEAD_DIM, BLOCK_M, CAUSAL, HEADS_IN_ROWS)
+    m0, q_row, kv_row, q_col, kv_col, h = _program_tile(H, GROUPS, SQ, SK, L2_HEADS, HEAD_DIM, BLOCK_M, CAUSAL,
+                                                        HEADS_IN_ROWS, LPT)
     if SINKS:  # the sink's logit (unscaled, natural units) in the softmax's log2 units
-        sink = gl.load(Sinks + gl.program_id(1) % H).to(gl.float32) * 1.4426950408889634
+        sink = gl.load(Sinks + h).to(gl.float32) * 1.4426950408889634
     else:
         sink = qk_scale  # not read
     diag = SK - SQ

@@ -44,7 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._gluon import _ws_buffers, _ws_producer, key_block_start
+from ._gluon import _sink_rescale, _ws_buffers, _ws_producer, key_block_start, tile_order
 
 
 @gluon.jit
@@ -223,11 +223,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
     acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     if SINKS:  # the sink's logit (unscaled, natural units) joins the denominator; a row that saw no key stays 0
-        sink = gl.load(Sinks + h).to(gl.float32) * 1.4426950408889634
-        m_new = gl.maximum(m_i, sink)
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.exp2(sink - m_new)
-        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        acc, l_i = _sink_rescale(acc, m_i, l_i, gl.load(Sinks + h).to(gl.float32) * 1.4426950408889634, rows_o)
     l_o = gl.convert_layout(l_i, rows_o)
     out = (acc / gl.where(l_o == 0.0, 1.0, l_o)[:, None]).to(dtype)
     rows = m0 + gl.arange(0, HALF_M, layout=rows_o)  # within the sequence
@@ -241,15 +237,17 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
 
 @gluon.jit
 def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, CuSeqQ, CuSeqK, SQ, SK,
-                                 Sinks, softcap_in, win_left, win_right,
+                                 Sinks, softcap_in, win_left, win_right, L2_HEADS,
                                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                                  DENSE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False,
                                  HEAD_DIM_VALID: gl.constexpr = 0, JOINT_RELEASE: gl.constexpr = False,
                                  SOFTCAP: gl.constexpr = False, WINDOW: gl.constexpr = False,
                                  SINKS: gl.constexpr = False, CAP_BOUND: gl.constexpr = False,
-                                 P_PACK_ALU: gl.constexpr = False, CAP_POLY: gl.constexpr = 0):
-    """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`).
+                                 P_PACK_ALU: gl.constexpr = False, CAP_POLY: gl.constexpr = 0,
+                                 LPT: gl.constexpr = False):
+    """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`). `LPT`
+    (`DENSE` only): grid (cdiv(SQ, BLOCK_M) * B * H,) in `_gluon.tile_order`'s order, L2_HEADS heads a section.
     desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
 
     `DENSE`: every sequence has SQ queries and SK keys (a `flash_attn_func` call whose lengths are not multiples of
@@ -265,11 +263,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
     key for an unbounded side), `SINKS` (Sinks `[H]`, any float dtype): the module docstring."""
     D_VALID: gl.constexpr = HEAD_DIM if HEAD_DIM_VALID == 0 else HEAD_DIM_VALID
     HALF_M: gl.constexpr = BLOCK_M // 2
-    if CAUSAL:
-        start_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    else:
-        start_m = gl.program_id(0)
-    off_bh = gl.program_id(1)
+    start_m, off_bh = tile_order(gl.cdiv(SQ, BLOCK_M), L2_HEADS, CAUSAL, LPT)
     b = off_bh // H
     h = off_bh % H
     hk = h // GROUPS

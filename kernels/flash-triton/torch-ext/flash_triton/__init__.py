@@ -45,6 +45,7 @@ from ._config import (
     default_config,
     gluon_preferred,
     gluon_shape_problem,
+    l2_heads,
     p_pack_problem,
 )
 from ._features import (
@@ -216,8 +217,9 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
     if q.numel() == 0 or sk == 0:
         return _Plan("empty")
     if isinstance(config, Config) and (reason := p_pack_problem(config, q.dtype) or config.gluon and (
-            gluon_problem(f, config.varlen, config.warp_specialize and not config.persistent)
-            or gluon_unsupported(q, k, causal, config))):
+            gluon_problem(f, config.varlen, config.warp_specialize and not config.persistent,
+                          not (config.warp_specialize or config.varlen or config.persistent))
+            or gluon_unsupported(q, k, causal, config) or _window_problem(q, k, f, config))):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
     if config is None and isinstance(cfg, Config) and cfg.gluon and f.any:
@@ -247,6 +249,14 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
         cfg = dataclasses.replace(cfg, use_tma=False)  # other strides, or a padded head dim: pointer loads
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out[:3])
     return _Plan("triton", cfg, layout, next(_SERIALS), (b, sq, hq, d), out, strides, like)
+
+
+def _window_problem(q, k, f: Features, cfg: Config) -> str | None:
+    """Why the one-warpgroup Gluon program cannot take this window (None when it can or nothing asks)."""
+    if f.window == (-1, -1) or cfg.warp_specialize or cfg.varlen or q.shape[1] <= k.shape[1]:
+        return None
+    return (f"a window on the one-warpgroup Gluon program needs Sq <= Sk (got {q.shape[1]} > {k.shape[1]}): every "
+            "row must see a key; the varlen one (varlen=True) takes any lengths")
 
 
 def _feature_config(q, k, causal: bool, f: Features, plain: Config) -> Config:
@@ -374,20 +384,27 @@ def _gluon_programs() -> tuple:
 
 def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float, causal: bool,
                   cfg: Config, heads_in_rows: bool, key=None, f: Features = PLAIN, s_aux=None) -> None:
-    """Launch the Gluon program `cfg` names; model features `f` (and the sinks `s_aux`) on the varlen one, sinks alone
-    on the dense warp-specialized one too. A
-    repeat call passes the tensors where the TMA descriptors go (`Launcher.launch_bases`); the first call of a key,
-    or one the direct launch cannot take, builds the descriptors (`_descs`)."""
+    """Launch the Gluon program `cfg` names; model features `f` (and the sinks `s_aux`) on the varlen one, a window
+    and sinks on the one-warpgroup one, sinks alone on the dense warp-specialized one too. `cfg.lpt`: causal or
+    windowed tiles in FlashAttention's LPT order (`_gluon.tile_order`), on a one-dimensional grid. A repeat call
+    passes the tensors where the TMA descriptors go (`Launcher.launch_bases`); the first call of a key, or one the
+    direct launch cannot take, builds the descriptors (`_descs`)."""
     one_wg, ws, wsp, ws_varlen, tma_desc = _gluon_programs()
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     scale2 = scale * _LOG2E
     width = block_d(d)  # 80, 96: computed on zero-padded 128-wide tiles (`tma_desc`)
+    lpt = cfg.lpt and (causal or f.window != (-1, -1)) and not cfg.persistent
+    l2 = l2_heads(sk, d, q.element_size(), b * hq) if lpt else 1
+
+    def grid_of(n_m: int) -> tuple:
+        return (n_m * b * hq,) if lpt else (n_m, b * hq)
+
     if cfg.varlen:  # every sequence Sq queries and Sk keys, any lengths: the ends masked, O stored row by row
         run = launcher(ws_varlen)
-        grid = (cdiv(sq, cfg.block_m), b * hq)
+        grid = grid_of(cdiv(sq, cfg.block_m))
         qk_scale, features = gluon_feature_args(f, scale, s_aux)
-        rest = (out, d if heads_in_rows else hq * d, qk_scale, hq, hq // hkv, None, None, sq, sk, *features)
+        rest = (out, d if heads_in_rows else hq * d, qk_scale, hq, hq // hkv, None, None, sq, sk, *features, l2)
         if run.launch_bases(key, grid, (q, k, v, *rest)):
             return
         dq, dk, dv = _descs(key, (q, k, v), lambda: (
@@ -396,7 +413,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
                  num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
-                 JOINT_RELEASE=cfg.joint_release, **varlen_gluon_meta(f, cfg)))
+                 JOINT_RELEASE=cfg.joint_release, **varlen_gluon_meta(f, cfg), LPT=lpt))
         return
     if cfg.persistent:
         tiles = sq // cfg.block_m * b * hq
@@ -412,18 +429,23 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
                  num_warps=cfg.num_warps))
         return
     run = launcher(ws if cfg.warp_specialize else one_wg)
-    grid = (sq // cfg.block_m, b * hq)
-    rest = (scale2, hq, hq // hkv, sq, sk, s_aux) if cfg.warp_specialize else (scale2, hq, hq // hkv, sq, sk)
+    grid = grid_of(sq // cfg.block_m)
+    if cfg.warp_specialize:
+        rest = (scale2, hq, hq // hkv, sq, sk, s_aux, l2)
+        meta = {"JOINT_RELEASE": cfg.joint_release, "SINKS": f.sinks}
+    else:
+        _, _, left, right = kernel_args(f, scale)
+        rest = (scale2, hq, hq // hkv, sq, sk, l2, s_aux, left, right)
+        meta = {"WINDOW": f.window != (-1, -1), "SINKS": f.sinks}
     if run.launch_bases(key, grid, (q, k, v, out, *rest)):
         return
-    ws_only = {"JOINT_RELEASE": cfg.joint_release, "SINKS": f.sinks} if cfg.warp_specialize else {}
     q_rows = cfg.block_m // 2 if cfg.warp_specialize else cfg.block_m  # each consumer warpgroup loads its half
     dq, dk, dv, do = _descs(key, (q, k, v, out), lambda: (
         tma_desc(q, q_rows, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
         tma_desc(v, cfg.block_n, heads_in_rows), tma_desc(out, q_rows, heads_in_rows)))
     run(key, grid, (dq, dk, dv, do, *rest),
         dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-             num_warps=cfg.num_warps, HEADS_IN_ROWS=heads_in_rows, **ws_only))
+             num_warps=cfg.num_warps, HEADS_IN_ROWS=heads_in_rows, LPT=lpt, **meta))
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,

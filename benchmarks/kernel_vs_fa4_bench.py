@@ -1,0 +1,193 @@
+"""flash-triton beside FlashAttention-4 and cuDNN, side by side in one process, on the GPU.
+
+The shapes are the FA4 comparison's (prefill at B·S = 16k tokens: head dims 64/128/256, causal and not, GQA; the
+model features: softcap 50, a long window, gpt-oss's sinks with a 128-token window; decode at batch 1/16/64). Each
+implementation runs on the same bf16 tensors: ours (`kernels/flash-triton` through `kernels`, `flash_attn_func` /
+`flash_attn_with_kvcache` on contiguous `[B, S, H, D]` tensors), FlashAttention-4 (`flash_attn.cute.flash_attn_func`,
+the same tensors; its `learnable_sink`, `window_size`, `softcap`), and SDPA with cuDNN forced on `[B, H, S, D]`
+views of them (plain cases; GQA through `enable_gqa`). Time: CUDA-graph replays where capture works (CUDA events
+otherwise, said in the row), L2 flushed before each, p50 of 20 (`attnprof.measure.timing.time_call`). TF/s count
+4·B·H·Sq·Sk·D, halved when causal, also for windowed calls (so a window's rate reads above the causal one);
+decode rows give GB/s of K/V read. `--explore` adds our kernel with named configs beside the default
+(`Config.lpt`: FlashAttention's LPT tile order; the one-warpgroup program for windows) — what its defaults are
+chosen from.
+
+    PYTHONPATH=src python3 benchmarks/kernel_vs_fa4_bench.py [--explore] [--only NAME,...] [--out rows.jsonl]
+A missing FA4 or a refused shape is a `-` with its reason in the notes; nothing is timed in a unit test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from attnprof.measure.timing import time_call
+from attnprof.variants import kernel_hub
+
+REPO = Path(__file__).resolve().parents[1] / "kernels" / "flash-triton"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    b: int
+    hq: int
+    hkv: int
+    s: int
+    d: int
+    causal: bool = True
+    softcap: float = 0.0
+    window: tuple[int, int] = (-1, -1)
+    sinks: bool = False
+    decode: bool = False  # one query per sequence over a cache of `s` keys
+
+    def flops(self) -> float:
+        f = 4.0 * self.b * self.hq * self.s * self.s * self.d
+        return f / 2 if self.causal else f
+
+    def kv_bytes(self) -> float:
+        return 2.0 * self.b * self.s * self.hkv * self.d * 2
+
+
+CASES = [
+    *(Case(f"{16384 // s}x16x{s // 1024}k d128 causal", 16384 // s, 16, 16, s, 128) for s in (1024, 2048, 4096, 8192, 16384)),
+    Case("4x16x4k d64 causal", 4, 16, 16, 4096, 64), Case("1x16x16k d64 causal", 1, 16, 16, 16384, 64),
+    Case("4x16x4k d128 full", 4, 16, 16, 4096, 128, causal=False),
+    Case("1x16x16k d128 full", 1, 16, 16, 16384, 128, causal=False),
+    Case("GQA 2x32/8x8k d128 causal", 2, 32, 8, 8192, 128),
+    Case("4x16x4k d256 causal", 4, 16, 16, 4096, 256),
+    Case("softcap 50 4x32/16x4k d128", 4, 32, 16, 4096, 128, softcap=50.0),
+    Case("softcap 50 4x16/8x4k d256", 4, 16, 8, 4096, 256, softcap=50.0),
+    Case("window 4096 1x32/8x16k d128", 1, 32, 8, 16384, 128, window=(4096, 0)),
+    Case("window 512 4x32/8x4k d128", 4, 32, 8, 4096, 128, window=(512, 0)),
+    Case("gpt-oss sinks+window 128 4x64/8x4k d64", 4, 64, 8, 4096, 64, window=(128, 0), sinks=True),
+    *(Case(f"decode B{b} 32/8 {s // 1024}k d128", b, 32, 8, s, 128, causal=False, decode=True)
+      for b, s in ((1, 8192), (1, 32768), (16, 8192), (64, 4096))),
+]
+
+
+def explore_configs(mod, case: Case, q, k) -> dict:
+    """Named configs of our kernel to time beside its default on this case (`--explore`)."""
+    if case.decode or case.softcap:
+        return {}
+    out = {}
+    if case.window != (-1, -1) or case.sinks:
+        varlen = mod.Config(block_m=128, block_n=64 if case.d == 256 else 128, num_warps=4,
+                            num_stages=2 if case.d == 256 else 3, gluon=True, warp_specialize=True, varlen=True)
+        out["varlen ws lpt"] = dataclasses.replace(varlen, lpt=True)
+        if case.window != (-1, -1):
+            for bn, st in ((64, 3), (128, 2), (64, 2)):
+                one = mod.Config(block_m=64, block_n=bn, num_warps=4, num_stages=st, gluon=True)
+                out[f"one-wg {one.label()}"] = one
+                out[f"one-wg {one.label()} lpt"] = dataclasses.replace(one, lpt=True)
+        return out
+    cfg = mod.choose_config(q, k, case.causal)
+    if getattr(cfg, "gluon", False):
+        out[f"default + lpt ({cfg.label()})"] = dataclasses.replace(cfg, lpt=True)
+        if case.d == 64 and not cfg.warp_specialize:
+            ws = mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
+            out["ws 128x128 s3 lpt"] = dataclasses.replace(ws, lpt=True)
+    return out
+
+
+def run_case(case: Case, mod, fa4, explore: bool, gen, gpu: str) -> list[dict]:
+    """Every implementation on one case's tensors: one printed line and one row each."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    sq = 1 if case.decode else case.s
+    q = torch.randn(case.b, sq, case.hq, case.d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(case.b, case.s, case.hkv, case.d, device="cuda", dtype=torch.bfloat16, generator=gen)
+            for _ in range(2))
+    sinks = torch.randn(case.hq, device="cuda", generator=gen) + 4 if case.sinks else None
+    feats = dict(softcap=case.softcap, window_size=case.window, s_aux=sinks)
+    impls = {}
+    if case.decode:
+        lens = torch.full((case.b,), case.s, dtype=torch.int32, device="cuda")
+        impls["ours (default)"] = lambda: mod.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens)
+    else:
+        impls["ours (default)"] = lambda: mod.flash_attn_func(q, k, v, causal=case.causal, **feats)
+        f = mod.parse_features("bench", q, case.softcap, case.window, sinks)
+        for label, cfg in (explore_configs(mod, case, q, k) if explore else {}).items():
+            impls[f"ours {label}"] = (lambda cfg=cfg: mod.attention(q, k, v, None, case.causal, config=cfg, features=f,
+                                                                    s_aux=sinks))
+    if fa4 is not None:
+        fa_kw = dict(causal=case.causal and not case.decode, softcap=case.softcap, learnable_sink=sinks)
+        if case.window != (-1, -1):
+            fa_kw["window_size"] = case.window
+        impls["FA4"] = lambda: fa4(q, k, v, **fa_kw)
+    if not (case.softcap or case.sinks or case.window != (-1, -1)):
+        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+
+        def cudnn():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(
+                    qh, kh, vh, is_causal=case.causal and not case.decode, enable_gqa=case.hq != case.hkv)
+        impls["cuDNN (SDPA)"] = cudnn
+    times, notes = {}, {}
+    for name, fn in impls.items():
+        try:
+            t = time_call(fn, "cuda", warmup=3, reps=20, l2_flush=True, cuda_graph=True)
+            times[name] = t.p50 * 1e3
+            if t.method != "cuda-graph":
+                notes[name] = t.method
+        except Exception as e:  # a refused shape or a missing runtime is a finding, not the end of the run
+            notes[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+        torch.cuda.synchronize()
+    rows = []
+    for name in impls:
+        us = times.get(name)
+        rate = None if us is None else (case.kv_bytes() / us / 1e3 if case.decode else case.flops() / us / 1e6)
+        vs = {ref: (times[ref] / us if us and ref in times else None) for ref in ("FA4", "cuDNN (SDPA)")}
+        rows.append(dict(case=case.name, impl=name, us=us, rate=rate, unit="GB/s" if case.decode else "TF/s",
+                         x_fa4=vs["FA4"], x_cudnn=vs["cuDNN (SDPA)"], note=notes.get(name, ""),
+                         shape=dataclasses.asdict(case), gpu=gpu))
+        print(f"{case.name:<40} {name:<44} {_fmt(us, '9.1f')} {_fmt(rate, '9.0f')} {_fmt(vs['FA4'], '6.2f')} "
+              f"{_fmt(vs['cuDNN (SDPA)'], '7.2f')}  {notes.get(name, '')}", flush=True)
+    return rows
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--explore", action="store_true", help="also time named configs of our kernel (see above)")
+    p.add_argument("--only", default="", help="comma-separated substrings of case names to run")
+    p.add_argument("--out", type=Path, help="write one JSON row per (case, implementation) here")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        print("kernel_vs_fa4_bench: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
+    if isinstance(mod, kernel_hub.Rejected):
+        print(f"kernel_vs_fa4_bench: {mod.reason}", file=sys.stderr)
+        return 2
+    try:
+        import flash_attn
+        from flash_attn.cute import flash_attn_func as fa4
+        fa4_version = getattr(flash_attn, "__version__", "?")
+    except ImportError as e:
+        fa4, fa4_version = None, f"not importable ({e})"
+    props = torch.cuda.get_device_properties(0)
+    print(f"# {props.name}, torch {torch.__version__}, flash-attn-4 {fa4_version}; p50 of 20, L2 flushed, "
+          "CUDA-graph replays unless a row says events")
+    print(f"{'case':<40} {'implementation':<44} {'us':>9} {'rate':>9} {'x FA4':>6} {'x cuDNN':>7}  note")
+    only = [s for s in args.only.split(",") if s]
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for case in CASES:
+        if not only or any(s in case.name for s in only):
+            rows += run_case(case, mod, fa4, args.explore, gen, props.name)
+    if args.out:
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
