@@ -9,8 +9,9 @@ views of them (plain cases; GQA through `enable_gqa`). Time: CUDA-graph replays 
 otherwise, said in the row), L2 flushed before each, p50 of 20 (`attnprof.measure.timing.time_call`). TF/s count
 4·B·H·Sq·Sk·D, halved when causal, also for windowed calls (so a window's rate reads above the causal one);
 decode rows give GB/s of K/V read. `--explore` adds our kernel with named configs beside the default
-(`Config.lpt`: FlashAttention's LPT tile order; the one-warpgroup program for windows) — what its defaults are
-chosen from.
+(`Config.lpt`: FlashAttention's LPT tile order; the one-warpgroup and varlen programs for windows) — what its
+defaults are chosen from. `--rounds` (default 3) times the implementations of a case in turn that many times and
+keeps each one's median.
 
     PYTHONPATH=src python3 benchmarks/kernel_vs_fa4_bench.py [--explore] [--only NAME,...] [--out rows.jsonl]
 A missing FA4 or a refused shape is a `-` with its reason in the notes; nothing is timed in a unit test.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -65,6 +67,9 @@ CASES = [
     Case("softcap 50 4x16/8x4k d256", 4, 16, 8, 4096, 256, softcap=50.0),
     Case("window 4096 1x32/8x16k d128", 1, 32, 8, 16384, 128, window=(4096, 0)),
     Case("window 512 4x32/8x4k d128", 4, 32, 8, 4096, 128, window=(512, 0)),
+    Case("window 1024 4x32/8x4k d128", 4, 32, 8, 4096, 128, window=(1024, 0)),
+    Case("window 2048 2x32/8x8k d128", 2, 32, 8, 8192, 128, window=(2048, 0)),
+    Case("window 1024 4x64/8x4k d64", 4, 64, 8, 4096, 64, window=(1024, 0)),
     Case("gpt-oss sinks+window 128 4x64/8x4k d64", 4, 64, 8, 4096, 64, window=(128, 0), sinks=True),
     *(Case(f"decode B{b} 32/8 {s // 1024}k d128", b, 32, 8, s, 128, causal=False, decode=True)
       for b, s in ((1, 8192), (1, 32768), (16, 8192), (64, 4096))),
@@ -72,31 +77,29 @@ CASES = [
 
 
 def explore_configs(mod, case: Case, q, k) -> dict:
-    """Named configs of our kernel to time beside its default on this case (`--explore`)."""
+    """Named configs of our kernel to time beside its default on this case (`--explore`): for windows the
+    one-warpgroup program on 64x64 tiles with 2 and 3 stages and the warp-specialized varlen program; for plain
+    calls the default program with `Config.lpt` switched the other way."""
     if case.decode or case.softcap:
         return {}
-    out = {}
     if case.window != (-1, -1) or case.sinks:
-        varlen = mod.Config(block_m=128, block_n=64 if case.d == 256 else 128, num_warps=4,
-                            num_stages=2 if case.d == 256 else 3, gluon=True, warp_specialize=True, varlen=True)
-        out["varlen ws lpt"] = dataclasses.replace(varlen, lpt=True)
-        if case.window != (-1, -1):
-            for bn, st in ((64, 3), (128, 2), (64, 2)):
-                one = mod.Config(block_m=64, block_n=bn, num_warps=4, num_stages=st, gluon=True)
-                out[f"one-wg {one.label()}"] = one
-                out[f"one-wg {one.label()} lpt"] = dataclasses.replace(one, lpt=True)
+        out = {"varlen ws": mod.Config(block_m=128, block_n=64 if case.d == 256 else 128, num_warps=4,
+                                       num_stages=2 if case.d == 256 else 3, gluon=True, warp_specialize=True,
+                                       varlen=True)}
+        if case.window != (-1, -1) and case.d in (64, 128):
+            for st in (2, 3):
+                out[f"one-wg 64x64 s{st}"] = mod.Config(block_m=64, block_n=64, num_warps=4, num_stages=st, gluon=True)
         return out
     cfg = mod.choose_config(q, k, case.causal)
-    if getattr(cfg, "gluon", False):
-        out[f"default + lpt ({cfg.label()})"] = dataclasses.replace(cfg, lpt=True)
-        if case.d == 64 and not cfg.warp_specialize:
-            ws = mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
-            out["ws 128x128 s3 lpt"] = dataclasses.replace(ws, lpt=True)
-    return out
+    if not getattr(cfg, "gluon", False) or not case.causal:
+        return {}
+    return {f"default {'without' if cfg.lpt else 'with'} lpt": dataclasses.replace(cfg, lpt=not cfg.lpt)}
 
 
-def run_case(case: Case, mod, fa4, explore: bool, gen, gpu: str) -> list[dict]:
-    """Every implementation on one case's tensors: one printed line and one row each."""
+def run_case(case: Case, mod, fa4, explore: bool, gen, gpu: str, rounds: int = 1) -> list[dict]:
+    """Every implementation on one case's tensors, `rounds` times in turn (each a p50 of 20 replays; the median of
+    the rounds is kept, so a clock or power drift during the case hits every implementation alike): one printed line
+    and one row each."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     sq = 1 if case.decode else case.s
@@ -128,16 +131,20 @@ def run_case(case: Case, mod, fa4, explore: bool, gen, gpu: str) -> list[dict]:
                 return torch.nn.functional.scaled_dot_product_attention(
                     qh, kh, vh, is_causal=case.causal and not case.decode, enable_gqa=case.hq != case.hkv)
         impls["cuDNN (SDPA)"] = cudnn
-    times, notes = {}, {}
-    for name, fn in impls.items():
-        try:
-            t = time_call(fn, "cuda", warmup=3, reps=20, l2_flush=True, cuda_graph=True)
-            times[name] = t.p50 * 1e3
-            if t.method != "cuda-graph":
-                notes[name] = t.method
-        except Exception as e:  # a refused shape or a missing runtime is a finding, not the end of the run
-            notes[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
-        torch.cuda.synchronize()
+    samples, notes = {}, {}
+    for _ in range(rounds):
+        for name, fn in impls.items():
+            if name in notes and name not in samples:
+                continue  # it failed in an earlier round
+            try:
+                t = time_call(fn, "cuda", warmup=3, reps=20, l2_flush=True, cuda_graph=True)
+                samples.setdefault(name, []).append(t.p50 * 1e3)
+                if t.method != "cuda-graph":
+                    notes[name] = t.method
+            except Exception as e:  # a refused shape or a missing runtime is a finding, not the end of the run
+                notes[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+            torch.cuda.synchronize()
+    times = {name: statistics.median(xs) for name, xs in samples.items()}
     rows = []
     for name in impls:
         us = times.get(name)
@@ -145,6 +152,7 @@ def run_case(case: Case, mod, fa4, explore: bool, gen, gpu: str) -> list[dict]:
         vs = {ref: (times[ref] / us if us and ref in times else None) for ref in ("FA4", "cuDNN (SDPA)")}
         rows.append(dict(case=case.name, impl=name, us=us, rate=rate, unit="GB/s" if case.decode else "TF/s",
                          x_fa4=vs["FA4"], x_cudnn=vs["cuDNN (SDPA)"], note=notes.get(name, ""),
+                         rounds_us=samples.get(name, []),
                          shape=dataclasses.asdict(case), gpu=gpu))
         print(f"{case.name:<40} {name:<44} {_fmt(us, '9.1f')} {_fmt(rate, '9.0f')} {_fmt(vs['FA4'], '6.2f')} "
               f"{_fmt(vs['cuDNN (SDPA)'], '7.2f')}  {notes.get(name, '')}", flush=True)
@@ -160,6 +168,8 @@ def main() -> int:
     p.add_argument("--explore", action="store_true", help="also time named configs of our kernel (see above)")
     p.add_argument("--only", default="", help="comma-separated substrings of case names to run")
     p.add_argument("--out", type=Path, help="write one JSON row per (case, implementation) here")
+    p.add_argument("--rounds", type=int, default=3, help="rounds over the implementations per case, median kept "
+                                                          "(default 3)")
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("kernel_vs_fa4_bench: needs a CUDA GPU", file=sys.stderr)
@@ -175,15 +185,15 @@ def main() -> int:
     except ImportError as e:
         fa4, fa4_version = None, f"not importable ({e})"
     props = torch.cuda.get_device_properties(0)
-    print(f"# {props.name}, torch {torch.__version__}, flash-attn-4 {fa4_version}; p50 of 20, L2 flushed, "
-          "CUDA-graph replays unless a row says events")
+    print(f"# {props.name}, torch {torch.__version__}, flash-attn-4 {fa4_version}; median of {args.rounds} rounds of "
+          "p50 of 20, L2 flushed, CUDA-graph replays unless a row says events")
     print(f"{'case':<40} {'implementation':<44} {'us':>9} {'rate':>9} {'x FA4':>6} {'x cuDNN':>7}  note")
     only = [s for s in args.only.split(",") if s]
     rows = []
     gen = torch.Generator(device="cuda").manual_seed(0)
     for case in CASES:
         if not only or any(s in case.name for s in only):
-            rows += run_case(case, mod, fa4, args.explore, gen, props.name)
+            rows += run_case(case, mod, fa4, args.explore, gen, props.name, max(args.rounds, 1))
     if args.out:
         args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return 0

@@ -537,6 +537,64 @@ def test_window_and_sinks_on_the_one_warpgroup_program_match_the_fp64_oracle(til
             assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, (causal, window, with_sinks, sq, sk, r)
 
 
+@pytest.mark.cuda
+def test_small_windows_take_the_one_warpgroup_program_by_default():
+    """The default route of a windowed call (TUNING.md step 25): gpt-oss's 128-key window with sinks at head dim 64
+    and a 512-key window at 128 on the one-warpgroup program (64x64 tiles), a 4096-key window and a ragged length on
+    the warp-specialized varlen program; the default call matches the fp64 oracle."""
+    import torch
+
+    from attnprof.variants import kernel_hub
+
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon programs are sm_90 only")
+    gen = torch.Generator().manual_seed(17)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to("cuda", torch.bfloat16)
+
+    def program(q, window, sinks=None):
+        mod.flash_attn_func(q, q, q, causal=True, window_size=window, s_aux=sinks)
+        return next(p for key, p in reversed(mod._PLANS.items()) if key[0] == q.shape).cfg.label()
+
+    sinks = (torch.randn(16, generator=gen) + 3).cuda()
+    assert program(rand(1, 1024, 16, 64), (128, 0), sinks) == "64x64 w4 s2 tma gluon"
+    assert program(rand(1, 1024, 16, 128), (512, 0)) == "64x64 w4 s3 tma gluon"
+    assert program(rand(1, 8192, 16, 128), (4096, 0)).endswith("ws gluon varlen")
+    assert program(rand(1, 1000, 16, 128), (128, 0)).endswith("ws gluon varlen")  # ragged
+    q, k, v = rand(2, 1024, 16, 64, scale=3.0), rand(2, 1024, 4, 64), rand(2, 1024, 4, 64)
+    got = mod.flash_attn_func(q, k, v, causal=True, window_size=(128, 0), s_aux=sinks)
+    e = Errors()
+    for o, q1, k1, v1 in zip(got, q, k, v):
+        e.add(o.cpu(), q1.cpu(), k1.cpu(), v1.cpu(), True, 64 ** -0.5, 0.0, (128, 0), sinks.cpu())
+    r = e.result()
+    assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, r
+
+
+def test_small_window_rule():
+    """`_features.small_window`: a window spanning at most SMALL_WINDOW keys, no softcap; under causal an unbounded
+    right side adds nothing, without causal it is unbounded."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ft_features", REPO / "torch-ext" / "flash_triton" / "_features.py")
+    m = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = m  # its dataclass resolves its annotations through sys.modules
+    try:
+        spec.loader.exec_module(m)
+    finally:
+        del sys.modules[spec.name]
+    small = m.SMALL_WINDOW
+    assert m.small_window(m.Features(window=(128, -1)), causal=True)
+    assert m.small_window(m.Features(window=(small, -1), sinks=True), causal=True)
+    assert not m.small_window(m.Features(window=(small + 1, -1)), causal=True)
+    assert m.small_window(m.Features(window=(100, 100)), causal=False)
+    assert not m.small_window(m.Features(window=(small, 1)), causal=False)
+    assert not m.small_window(m.Features(window=(128, -1)), causal=False)  # unbounded to the right
+    assert not m.small_window(m.Features(window=(-1, -1), sinks=True), causal=True)
+    assert not m.small_window(m.Features(softcap=30.0, window=(128, -1)), causal=True)
+
+
 def test_default_arguments_take_the_one_plain_features_object():
     """`is_plain` lets a plain call skip parsing (host time per call), and whatever spells the defaults parses to the
     one `PLAIN` the launch paths test by identity; anything else still goes through `parse_features`' checks."""

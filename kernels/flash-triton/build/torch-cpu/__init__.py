@@ -35,6 +35,7 @@ import triton
 
 from ._checks import head_dim_problem, refuse_unsupported, tma_layout
 from ._config import (
+    GLUON_WINDOW,
     GLUON_WS_256_VARLEN,
     GLUON_WS_VARLEN,
     INTERPRETED,
@@ -58,6 +59,7 @@ from ._features import (
     kernel_args,
     parse_features,
     sinks_only,
+    small_window,
     softcap_switches,
     varlen_gluon_meta,
 )
@@ -261,12 +263,18 @@ def _window_problem(q, k, f: Features, cfg: Config) -> str | None:
 
 def _feature_config(q, k, causal: bool, f: Features, plain: Config) -> Config:
     """The program of a call with model features whose plain twin would run the Gluon program `plain`: that one for
-    sinks alone when it is the dense warp-specialized program (the varlen one runs the same shapes ~4 % slower), else
-    the varlen Gluon program where it takes the tensors (unless FLASH_TRITON_GLUON_FEATURES=0:
-    `_features.GLUON_BY_DEFAULT`), else the Triton one."""
+    sinks alone when it is the dense warp-specialized program (the varlen one runs the same shapes ~4 % slower); the
+    one-warpgroup program on 64x64 tiles for a small window (`_features.small_window`, with or without sinks) at
+    head dims 64 and 128 when the lengths are multiples of 64 and Sq <= Sk (`_config.GLUON_WINDOW`); else the varlen
+    Gluon program where it takes the tensors (unless FLASH_TRITON_GLUON_FEATURES=0: `_features.GLUON_BY_DEFAULT`),
+    else the Triton one."""
     d = q.shape[-1]
     if GLUON_BY_DEFAULT and sinks_only(f) and plain.warp_specialize and not (plain.persistent or plain.varlen):
         return plain
+    if GLUON_BY_DEFAULT and small_window(f, causal) and d in GLUON_WINDOW and q.shape[1] <= k.shape[1]:
+        cfg = GLUON_WINDOW[d]
+        if gluon_unsupported(q, k, causal, cfg) is None:  # lengths multiples of 64
+            return cfg
     if GLUON_BY_DEFAULT:
         cfg = GLUON_WS_256_VARLEN if d == 256 else GLUON_WS_VARLEN
         if gluon_unsupported(q, k, causal, cfg) is None:

@@ -155,6 +155,19 @@ def softcap_switches(cfg, f: Features, head_dim: int, dtype: torch.dtype):
     return dataclasses.replace(cfg, cap_poly=4, p_pack_alu=dtype == torch.bfloat16)
 
 
+SMALL_WINDOW = 1024  # keys a window spans (left + right) up to which the one-warpgroup program takes it by default
+
+
+def small_window(f: Features, causal: bool) -> bool:
+    """A sliding window spanning at most `SMALL_WINDOW` keys per row, without softcap (sinks may come with it): by
+    default the one-warpgroup Gluon program's (`_config.GLUON_WINDOW`) where the lengths are multiples of 64 and
+    Sq <= Sk. Under causal an unbounded right side (what `effective` leaves of any right side) adds nothing."""
+    left, right = f.window
+    if f.softcap > 0 or left < 0 or (right < 0 and not causal):
+        return False
+    return left + max(right, 0) <= SMALL_WINDOW
+
+
 def sinks_only(f: Features) -> bool:
     """Sinks and no other feature: the dense warp-specialized Gluon program computes those too."""
     return f.sinks and f.softcap <= 0 and f.window == (-1, -1)
