@@ -80,7 +80,8 @@ CASES = [
 def explore_configs(mod, case: Case, q, k) -> dict:
     """Named configs of our kernel to time beside its default on this case (`--explore`): for windows the
     one-warpgroup program on 64x64 tiles with 2 and 3 stages and the warp-specialized varlen program; for plain
-    calls the default program with `Config.lpt` switched the other way."""
+    calls the default program with `Config.lpt` switched the other way, and at head dim 64 the varlen program on
+    192-row tiles (three consumer warpgroups)."""
     if case.decode or case.softcap:
         return {}
     if case.window != (-1, -1) or case.sinks:
@@ -92,9 +93,16 @@ def explore_configs(mod, case: Case, q, k) -> dict:
                 out[f"one-wg 64x64 s{st}"] = mod.Config(block_m=64, block_n=64, num_warps=4, num_stages=st, gluon=True)
         return out
     cfg = mod.choose_config(q, k, case.causal)
-    if not getattr(cfg, "gluon", False) or not case.causal:
-        return {}
-    return {f"default {'without' if cfg.lpt else 'with'} lpt": dataclasses.replace(cfg, lpt=not cfg.lpt)}
+    out = {}
+    if getattr(cfg, "gluon", False) and case.causal:
+        out[f"default {'without' if cfg.lpt else 'with'} lpt"] = dataclasses.replace(cfg, lpt=not cfg.lpt)
+    if case.d == 64:  # three consumer warpgroups on 192-row tiles (FA4's head-dim-64 tile), varlen program
+        three = mod.Config(block_m=192, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True,
+                           varlen=True)
+        out["varlen 192x128 s3"] = three
+        out["varlen 192x128 s3 lpt"] = dataclasses.replace(three, lpt=True)
+        out["varlen 192x128 s2 lpt"] = dataclasses.replace(three, num_stages=2, lpt=True)
+    return out
 
 
 def run_case(case: Case, mod, fa4, explore: bool, gen, gpu: str, rounds: int = 1) -> list[dict]:

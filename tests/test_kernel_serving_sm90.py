@@ -165,7 +165,7 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma, features, window):
 
 def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, features: bool = False,
                          cap_bound: bool = False, p_pack_alu: bool = False, softcap_only: bool = False,
-                         cap_poly: int = 0):
+                         cap_poly: int = 0, block_m: int = 128, stages: int | None = None, lpt: bool = False):
     """The warp-specialized varlen Gluon program compiled for sm_90 as `_launch_gluon*` launches it; `features`:
     softcap, window and sinks all on (`_features.py`), with `cap_bound` the softcap without a running max
     (`softcap_only`: softcap alone; `cap_poly`: one exp2 in that many of it on the FMA pipes); `p_pack_alu`: P
@@ -185,16 +185,17 @@ def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, f
     def desc(rows: int) -> str:
         return f"tensordesc<bf16[{rows}, {d}],{gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)!r}>"
 
-    block_n, stages = (64, 2) if d == 256 else (128, 3)  # head dim 256: 128x64 tiles, 2 stages (192 KiB)
+    block_n, default_stages = (64, 2) if d == 256 else (128, 3)  # head dim 256: 128x64 tiles, 2 stages (192 KiB)
+    stages = stages or default_stages
     names = fn.arg_names
     sig = {n: "i32" for n in names}
     sig.update(desc_q=desc(64), desc_k=desc(block_n), desc_v=desc(block_n), O="*bf16", qk_scale="fp32",
                CuSeqQ="*i32", CuSeqK="*i32")
     sig.update(softcap_in="fp32", Sinks="*fp32")
-    const = dict(HEAD_DIM=d, BLOCK_M=128, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
+    const = dict(HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
                  HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid,  # valid 80/96: zero-padded 128-wide tiles
                  JOINT_RELEASE=False, SOFTCAP=features or softcap_only, WINDOW=features, SINKS=features,
-                 CAP_BOUND=cap_bound, P_PACK_ALU=p_pack_alu, CAP_POLY=cap_poly)
+                 CAP_BOUND=cap_bound, P_PACK_ALU=p_pack_alu, CAP_POLY=cap_poly, LPT=lpt)
     if not features:
         const["Sinks"] = None
     if dense:
@@ -227,6 +228,16 @@ def test_varlen_gluon_program_keeps_the_schedule(tmp_path, dense, heads_in_rows,
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
     assert local == 0 and kernel.metadata.shared <= SMEM_PER_SM and _loop_spills(sass) == 0
     assert "MUFU.TANH" not in sass  # the plain program has no soft-capping
+
+
+def test_three_consumer_warpgroups_at_head_dim_64_keep_the_schedule(tmp_path):
+    """The varlen program with 192-row tiles (FlashAttention-3/4's head-dim-64 tile): three consumer warpgroups and
+    the producer warp, each consumer keeping the in-warpgroup overlap, registers handed over by setmaxnreg."""
+    pytest.importorskip("triton.experimental.gluon")
+    kernel = compile_gluon_varlen(True, True, 64, 0, block_m=192, stages=3, lpt=True)
+    sass = _sass(kernel, tmp_path)
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") >= 3 and "USETMAXREG" in sass  # one overlap per consumer
+    assert kernel.metadata.shared <= SMEM_PER_SM
 
 
 @pytest.mark.parametrize("dense,heads_in_rows,d", [(True, True, 128), (False, False, 128), (True, False, 256),

@@ -121,9 +121,13 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
         return "joint_release is an option of the warp-specialized Gluon program (not persistent)"
     if cfg.poly_exp or cfg.overlap or cfg.lazy_rescale:
         return "poly_exp, overlap and lazy_rescale are options of the Triton program, not of the Gluon ones"
-    if cfg.warp_specialize and (cfg.block_m, cfg.num_warps) != (128, 4):
+    if cfg.warp_specialize and not ((cfg.block_m, cfg.num_warps) == (128, 4) or (cfg.varlen and cfg.block_m == 192
+                                                                                   and cfg.num_warps == 4)):
         return (f"the warp-specialized Gluon program takes block_m 128 with num_warps 4 (two consumer warpgroups of "
-                f"64 rows and a producer warp), got {cfg.block_m} with {cfg.num_warps} warps")
+                f"64 rows and a producer warp; its varlen form also 192, three consumers), got {cfg.block_m} with "
+                f"{cfg.num_warps} warps")
+    if cfg.block_m == 192 and block_d(q.shape[-1]) > 64:
+        return "three consumer warpgroups (block_m 192) fit their registers at head dim 64 only"
     if not cfg.warp_specialize and cfg.block_m != 16 * cfg.num_warps:
         return f"block_m must be 16 x num_warps (one warpgroup per 64 rows), got {cfg.block_m} with {cfg.num_warps} warps"
     if cfg.varlen:  # any lengths: the varlen program masks the sequence ends and zeroes rows that see no key
@@ -416,7 +420,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         if run.launch_bases(key, grid, (q, k, v, *rest)):
             return
         dq, dk, dv = _descs(key, (q, k, v), lambda: (
-            tma_desc(q, cfg.block_m // 2, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
+            tma_desc(q, 64, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),  # 64-row Q slices
             tma_desc(v, cfg.block_n, heads_in_rows)))
         run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=width, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,

@@ -311,15 +311,15 @@ def key_block_start(j, sk, BLOCK_N: gl.constexpr):
 @gluon.jit
 def _ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                  q_row, kv_row, q_col, kv_col, first, n_blocks, sk,
-                 HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """TMA loads of the Q tile and `n_blocks` key blocks from block `first` (a sliding window's first block, else 0)
+                 HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 2):
+    """TMA loads of the Q tile (`CONSUMERS` slices of HALF_M rows) and `n_blocks` key blocks from block `first` (a sliding window's first block, else 0)
     of a sequence of `sk` keys starting at row `kv_row` (`key_block_start`: the last block stays inside the
     sequence). A stage's K and V are refilled separately, each
     as soon as both consumers released it (`k_empty` after their QKᵀ, `v_empty` after their P·V: TUNING.md step 13;
     under `JOINT_RELEASE` both are the same barriers, which the consumers arrive on once, after P·V)."""
-    mbarrier.expect(q_bar, 2 * desc_q.block_type.nbytes)
-    _tma_load(desc_q, [q_row, q_col], q_bar, q_smem.index(0))
-    _tma_load(desc_q, [q_row + HALF_M, q_col], q_bar, q_smem.index(1))
+    mbarrier.expect(q_bar, CONSUMERS * desc_q.block_type.nbytes)
+    for c in gl.static_range(CONSUMERS):  # one 64-row slice of the Q tile per consumer warpgroup
+        _tma_load(desc_q, [q_row + c * HALF_M, q_col], q_bar, q_smem.index(c))
     for j in range(n_blocks):
         slot = j % STAGES
         row = kv_row + key_block_start(first + j, sk, BLOCK_N)
@@ -397,12 +397,12 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
 
 @gluon.jit
 def _ws_buffers(desc_q, desc_k, desc_v, HALF_M: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                STAGES: gl.constexpr, JOINT_RELEASE: gl.constexpr):
-    """Shared memory and barriers of the warp-specialized programs (dense and varlen): the two Q halves, the K/V
-    stages, their `full` barriers (one TMA transaction each) and their `empty` barriers (one arrival per consumer
-    warpgroup; a single set for K and V under `JOINT_RELEASE`)."""
+                STAGES: gl.constexpr, JOINT_RELEASE: gl.constexpr, CONSUMERS: gl.constexpr = 2):
+    """Shared memory and barriers of the warp-specialized programs (dense and varlen): the Q slices (one per consumer
+    warpgroup, `CONSUMERS`), the K/V stages, their `full` barriers (one TMA transaction each) and their `empty`
+    barriers (one arrival per consumer warpgroup; a single set for K and V under `JOINT_RELEASE`)."""
     dtype: gl.constexpr = desc_q.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_DIM], desc_q.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, HALF_M, HEAD_DIM], desc_q.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -413,13 +413,13 @@ def _ws_buffers(desc_q, desc_k, desc_v, HALF_M: gl.constexpr, HEAD_DIM: gl.const
     for i in gl.static_range(STAGES):
         mbarrier.init(k_bar.index(i), count=1)
         mbarrier.init(v_bar.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)
     if JOINT_RELEASE:
         v_empty = k_empty
     else:
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
-            mbarrier.init(v_empty.index(i), count=2)
+            mbarrier.init(v_empty.index(i), count=CONSUMERS)
     return q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty
 
 

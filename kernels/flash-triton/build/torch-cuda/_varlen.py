@@ -156,8 +156,11 @@ def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
         return "the Gluon program needs a CUDA GPU (Gluon has no interpreter)"
     if torch.cuda.get_device_capability(q.device) != (9, 0):
         return "the Gluon program uses wgmma, which only sm_90 has"
-    if not (cfg.warp_specialize and not cfg.persistent and (cfg.block_m, cfg.num_warps) == (128, 4)):
-        return "the varlen Gluon program is the warp-specialized one: block_m 128, num_warps 4, not persistent"
+    if not (cfg.warp_specialize and not cfg.persistent and cfg.num_warps == 4 and cfg.block_m in (128, 192)):
+        return ("the varlen Gluon program is the warp-specialized one: block_m 128 (two consumer warpgroups) or 192 "
+                "(three), num_warps 4, not persistent")
+    if cfg.block_m == 192 and block_d(q.shape[-1]) > 64:
+        return "three consumer warpgroups (block_m 192) fit their registers at head dim 64 only"
     layout = _packed_layout(q, k, v)
     if layout is None:
         return ("the Gluon program reads 16-byte aligned [total, H, D] tensors through TMA, all contiguous or all "
@@ -186,7 +189,8 @@ def _launch_gluon_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, out, scale: float, c
     grid = (cdiv(max_seqlen_q, cfg.block_m), (cu_q.shape[0] - 1) * hq)  # 80, 96: zero-padded 128-wide tiles
     qk_scale, features = gluon_feature_args(f, scale, s_aux)
     attention_fwd_sm90_ws_varlen[grid](
-        tma_desc(q[None], cfg.block_m // 2, heads), tma_desc(k[None], cfg.block_n, heads),
+        tma_desc(q[None], 64, heads),  # one 64-row Q slice per consumer warpgroup
+        tma_desc(k[None], cfg.block_n, heads),
         tma_desc(v[None], cfg.block_n, heads), out, out.stride(0),
         qk_scale, hq, hq // hkv, cu_q, cu_k, q.shape[0], k.shape[0], *features, 1,  # L2_HEADS: not LPT
         HEAD_DIM=block_d(d), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,

@@ -262,7 +262,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
     `SOFTCAP` (softcap_in = scale / cap, qk_scale = cap·log2(e)), `WINDOW` (win_left, win_right: a bound past every
     key for an unbounded side), `SINKS` (Sinks `[H]`, any float dtype): the module docstring."""
     D_VALID: gl.constexpr = HEAD_DIM if HEAD_DIM_VALID == 0 else HEAD_DIM_VALID
-    HALF_M: gl.constexpr = BLOCK_M // 2
+    HALF_M: gl.constexpr = 64  # rows per consumer warpgroup: BLOCK_M = 128 (two consumers) or 192 (three)
     start_m, off_bh = tile_order(gl.cdiv(SQ, BLOCK_M), L2_HEADS, CAUSAL, LPT)
     b = off_bh // H
     h = off_bh % H
@@ -312,18 +312,45 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
         else:
             first = 0
         n_blocks = gl.maximum(gl.cdiv(end, BLOCK_N) - first, 1)  # >= 1: a tile whose rows see no key runs (zeros)
-        CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
+        CONSUMERS: gl.constexpr = BLOCK_M // HALF_M
         q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty = _ws_buffers(
-            desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, JOINT_RELEASE)
-        gl.warp_specialize([
-            (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
-                                qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h, softcap_in, win_left,
-                                win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE, SOFTCAP,
-                                WINDOW, SINKS, CAP_BOUND, P_PACK_ALU, CAP_POLY)),
-            (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
-                                qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h, softcap_in,
-                                win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL, D_VALID, JOINT_RELEASE,
-                                SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU, CAP_POLY)),
-            (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
-                            q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES)),
-        ], [4, 1], [CONSUMER_REGS, 24])
+            desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, JOINT_RELEASE, CONSUMERS)
+        if CONSUMERS == 3:  # FlashAttention-3/4's head-dim-64 tile: 192 rows, three consumers
+            THREE_REGS: gl.constexpr = 160
+            gl.warp_specialize([
+                (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty,
+                                    v_empty, qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h,
+                                    softcap_in, win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
+                                    D_VALID, JOINT_RELEASE, SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU,
+                                    CAP_POLY)),
+                (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty,
+                                    v_empty, qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h,
+                                    softcap_in, win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
+                                    D_VALID, JOINT_RELEASE, SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU,
+                                    CAP_POLY)),
+                (_varlen_consumer, (O, stride_os, q_smem.index(2), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty,
+                                    v_empty, qk_scale, o_row, o_col, m0 + 2 * HALF_M, sq, sk, first, n_blocks, Sinks, h,
+                                    softcap_in, win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
+                                    D_VALID, JOINT_RELEASE, SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU,
+                                    CAP_POLY)),
+                (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
+                                q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES,
+                                CONSUMERS)),
+            ], [4, 4, 1], [THREE_REGS, THREE_REGS, 24])
+        else:
+            CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
+            gl.warp_specialize([
+                (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty,
+                                    v_empty, qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h,
+                                    softcap_in, win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
+                                    D_VALID, JOINT_RELEASE, SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU,
+                                    CAP_POLY)),
+                (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty,
+                                    v_empty, qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h,
+                                    softcap_in, win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
+                                    D_VALID, JOINT_RELEASE, SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU,
+                                    CAP_POLY)),
+                (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
+                                q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES,
+                                CONSUMERS)),
+            ], [4, 1], [CONSUMER_REGS, 24])
