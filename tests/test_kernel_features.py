@@ -498,7 +498,7 @@ def test_sinks_on_the_dense_warp_specialized_program_match_the_fp64_oracle(d):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("tiles", [(64, 64, 3, 64), (64, 128, 2, 64), (64, 64, 3, 128)],
+@pytest.mark.parametrize("tiles", [(64, 64, 3, 64), (64, 64, 2, 64), (64, 64, 3, 128)],
                          ids=lambda t: f"{t[0]}x{t[1]}-s{t[2]}-d{t[3]}")
 @pytest.mark.parametrize("lpt", [False, True], ids=["grid", "lpt"])
 def test_window_and_sinks_on_the_one_warpgroup_program_match_the_fp64_oracle(tiles, lpt):
