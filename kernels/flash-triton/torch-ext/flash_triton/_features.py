@@ -155,7 +155,7 @@ def softcap_switches(cfg, f: Features, head_dim: int, dtype: torch.dtype):
     return dataclasses.replace(cfg, cap_poly=4, p_pack_alu=dtype == torch.bfloat16)
 
 
-SMALL_WINDOW = 1024  # keys a window spans (left + right) up to which the one-warpgroup program takes it by default
+SMALL_WINDOW = 512  # keys a window spans (left + right) up to which the one-warpgroup program takes it by default
 
 
 def small_window(f: Features, causal: bool) -> bool:
