@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `tests.broken` a
 from attnprof.cli import main  # noqa: E402
 from attnprof.errors import UsageError  # noqa: E402
 from attnprof.models.attention import resolve_impls  # noqa: E402
+from attnprof.workload import Workload  # noqa: E402
 
 
 def _verify(tmp_path, *extra) -> tuple[int, dict | None]:
@@ -112,8 +113,22 @@ def test_attention_map_names_and_refusals():
     from transformers import AttentionInterface
 
     assert impls["tests.broken:correct"].attn_implementation in AttentionInterface._global_mapping
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match="flash-attn-4"):  # the message names the third-party kernels too
         resolve_impls("sdpa,bogus", "cpu")
+
+
+def test_a_third_party_kernel_is_a_model_implementation_refused_with_its_own_reason(tmp_path, capsys):
+    """FlashAttention-4 (and every third-party kernel by name) at the model level: on this CPU a `rejected` row with
+    the variant's reason and the pip command, the other implementations verified as usual, exit 0."""
+    w = Workload(batch=1, heads=4, seq=32, head_dim=64, dtype="bf16", causal=True, device="cpu")
+    fa4 = next(i for i in resolve_impls("eager,flash-attn-4", "cpu", workload=w) if i.name == "flash-attn-4")
+    assert fa4.rejected and "CUDA" in fa4.rejected and "pip install flash-attn-4" in fa4.rejected
+    code = main(["verify", "--model", "tiny-llama", "--impls", "eager,sdpa,flash-attn-4", "--device", "cpu",
+                 "--dtype", "bf16", "--out", str(tmp_path / "v")])
+    assert code == 0
+    rows = {(r["impl"], r["dtype"]): r
+            for r in json.loads((tmp_path / "v" / "verify.json").read_text())["model"]["results"]}
+    assert rows[("flash-attn-4", "bf16")]["status"] == "rejected" and rows[("sdpa", "bf16")]["status"] == "pass"
 
 
 def test_kernel_flag_is_honoured_not_ignored(tmp_path, capsys):

@@ -9,9 +9,11 @@ One small map, shared by `attnprof verify --model` and the serving commands:
 | sdpa-flash / -efficient / -cudnn / -math | "sdpa" | `sdpa_kernel([that backend])`: pinned, refused when it cannot run |
 | flex_attention (alias flex) | "flex_attention" | nothing |
 | kernel | "attnprof_kernel", registered here from the `kernel` variant | nothing |
+| flash-attn-4, sageattention, … | "attnprof_<name>", a third-party kernel's registry variant (`variants.THIRD_PARTY`) | nothing |
 | package.module:function | "attnprof_user_package_module_function", registered here from its variant | nothing |
 
-Everything that is not transformers' own is a registry `Variant` (the stage-four kernel, users' functions) and reaches
+Everything that is not transformers' own is a registry `Variant` (the stage-four kernel, third-party kernels in their
+own conventions, users' functions) and reaches
 the model through one adapter, `register_variant`: an `AttentionInterface` function that turns transformers'
 call (query `[B, Hq, Sq, D]`, key/value `[B, Hkv, Sk, D]`, a boolean `[B, 1, Sq, Sk]` mask or None) into `Inputs`,
 asks `Variant.supports` about that call's `Workload` (a refusal raises ValueError with the variant's own reason) and
@@ -34,6 +36,7 @@ import torch
 from attnprof.dispatch.sdpa_checks import BACKENDS, backend_refusal
 from attnprof.errors import UsageError
 from attnprof.models.kernel_cache import kernel_over_cache, register_cache_kernel
+from attnprof.variants import THIRD_PARTY, adapters
 from attnprof.variants.base import Variant, check_output
 from attnprof.variants.kernel_hub import DEFAULT, kernel_variant, load
 from attnprof.variants.user import load_user_variant
@@ -86,9 +89,12 @@ def resolve_impls(spec: str | None, device: str, *, workload: Workload | None = 
         elif name == "kernel":
             out.append(from_variant(kernel_variant(kernel or DEFAULT), workload,
                                     description="stage-four kernel via the kernels library"))
+        elif name in THIRD_PARTY:  # asked for by name only: a missing package is a rejected row with the pip command
+            out.append(from_variant(adapters.named(name), workload,
+                                    description=f"third-party kernel {name} in its own convention"))
         else:
             raise UsageError(f"unknown attention implementation {raw!r}; known: {', '.join(KNOWN)}, flex, "
-                             "or package.module:function")
+                             f"{', '.join(THIRD_PARTY)}, or package.module:function")
     return out
 
 
