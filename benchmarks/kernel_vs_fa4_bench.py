@@ -84,21 +84,19 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     192-row tiles (three consumer warpgroups)."""
     if case.decode or case.softcap:
         return {}
+    known = mod._config  # the kernel's own named configs
     if case.window != (-1, -1) or case.sinks:
-        out = {"varlen ws": mod.Config(block_m=128, block_n=64 if case.d == 256 else 128, num_warps=4,
-                                       num_stages=2 if case.d == 256 else 3, gluon=True, warp_specialize=True,
-                                       varlen=True)}
+        out = {"varlen ws": known.GLUON_WS_256_VARLEN if case.d == 256 else known.GLUON_WS_VARLEN}
         if case.window != (-1, -1) and case.d in (64, 128):
             for st in (2, 3):
-                out[f"one-wg 64x64 s{st}"] = mod.Config(block_m=64, block_n=64, num_warps=4, num_stages=st, gluon=True)
+                out[f"one-wg 64x64 s{st}"] = dataclasses.replace(known.GLUON_64x64, num_stages=st)
         return out
     cfg = mod.choose_config(q, k, case.causal)
     out = {}
     if getattr(cfg, "gluon", False) and case.causal:
         out[f"default {'without' if cfg.lpt else 'with'} lpt"] = dataclasses.replace(cfg, lpt=not cfg.lpt)
     if case.d == 64:  # three consumer warpgroups on 192-row tiles (FA4's head-dim-64 tile), varlen program
-        three = mod.Config(block_m=192, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True,
-                           varlen=True)
+        three = dataclasses.replace(known.GLUON_WS_VARLEN, block_m=192)
         out["varlen 192x128 s3"] = three
         out["varlen 192x128 s3 lpt"] = dataclasses.replace(three, lpt=True)
         out["varlen 192x128 s2 lpt"] = dataclasses.replace(three, num_stages=2, lpt=True)

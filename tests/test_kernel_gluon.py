@@ -158,8 +158,6 @@ def test_lpt_tile_order_visits_every_tile_once_heaviest_first():
     """`tile_order`'s LPT mapping, run as plain Python (the same integer arithmetic): a permutation of the
     (query block, head) grid, each section of `l2_heads` heads taking every head's heaviest block before any lighter
     one, the partial last section included."""
-    mod = _module()
-    fn = getattr(mod.tile_order, "fn", mod.tile_order)
     for n_m, n_bh, l2 in ((16, 128, 32), (5, 7, 4), (3, 6, 8), (4, 4, 1)):
         l2 = min(l2, n_bh)
         order = [_lpt_python(t, n_m, n_bh, l2) for t in range(n_m * n_bh)]
@@ -169,7 +167,6 @@ def test_lpt_tile_order_visits_every_tile_once_heaviest_first():
             sections.setdefault(bh // l2, []).append(m)
         for ms in sections.values():
             assert ms == sorted(ms, reverse=True)  # heaviest (last query block, causal) first within a section
-    assert callable(fn)
 
 
 def _lpt_python(tile: int, n_m: int, n_bh: int, l2: int) -> tuple[int, int]:

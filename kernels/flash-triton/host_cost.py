@@ -75,10 +75,10 @@ def main() -> int:
                         "as `attnprof stages` calls them (Variant, no_grad, [B, H, S, D] views), before and after a "
                         "profiler session: host us per call, p50 latency of 20 event-timed calls, host syncs")
     args = p.parse_args()
-    if args.stage:
-        return stage_table(args.calls)
     if args.calls < 1 or args.rounds < 1:
         p.error("--calls and --rounds must be at least 1")
+    if args.stage:
+        return stage_table(args.calls)
     from kernels import get_local_kernel
 
     mod = get_local_kernel(REPO)
@@ -147,7 +147,8 @@ def stage_table(calls: int) -> int:
             finally:
                 torch.cuda.set_sync_debug_mode("default")
             print(f"{variant.name:<14} {when:<16} {host:8.1f} {lat.p50:8.4f} {gpu.p50:8.4f}  {syncs}", flush=True)
-        print_profile(call, 100) if variant.name == "kernel" else None
+        if variant.name == "kernel":
+            print_profile(call, 100)
     return 0
 
 

@@ -126,8 +126,6 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
         return (f"the warp-specialized Gluon program takes block_m 128 with num_warps 4 (two consumer warpgroups of "
                 f"64 rows and a producer warp; its varlen form also 192, three consumers), got {cfg.block_m} with "
                 f"{cfg.num_warps} warps")
-    if cfg.block_m == 192 and block_d(q.shape[-1]) > 64:
-        return "three consumer warpgroups (block_m 192) fit their registers at head dim 64 only"
     if not cfg.warp_specialize and cfg.block_m != 16 * cfg.num_warps:
         return f"block_m must be 16 x num_warps (one warpgroup per 64 rows), got {cfg.block_m} with {cfg.num_warps} warps"
     if cfg.varlen:  # any lengths: the varlen program masks the sequence ends and zeroes rows that see no key

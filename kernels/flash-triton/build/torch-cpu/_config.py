@@ -107,6 +107,8 @@ def gluon_shape_problem(cfg: Config, head_dim: int, layout: str | None) -> str |
         return (f"head dim {head_dim} runs only on the warp-specialized Gluon program, not persistent (256: its "
                 "[128, 256] accumulator needs the two consumer warpgroups; 80, 96: its zero-padded tiles)")
     width = block_d(head_dim)  # 80, 96 take 128-wide tiles
+    if cfg.warp_specialize and cfg.block_m == 192 and width > 64:
+        return "three consumer warpgroups (block_m 192) fit their registers at head dim 64 only"
     if cfg.warp_specialize:
         smem = 2 * (cfg.block_m * width + 2 * cfg.num_stages * cfg.block_n * width)  # Q halves + K/V stages
         if smem > SMEM_PER_CTA:

@@ -75,19 +75,37 @@ def _scores(s, j, full, offs_m, offs_n, diag, CAUSAL: gl.constexpr, BLOCK_N: gl.
 
 
 @gluon.jit
-def _softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, SAFE: gl.constexpr = False):
-    """The first key block of a tile: running max, running sum, and P as the next wgmma's register operand. `SAFE`:
-    a row may see no key of the block (a sliding window): its max is -inf and p must come out 0, not NaN."""
+def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr, ALU_PACK: gl.constexpr = False):
+    """P as the P·V wgmma's register operand. `ALU_PACK` (bf16 only, `Config.p_pack_alu`, the varlen program: TUNING.md
+    step 21): each pair of fp32 probabilities rounded to bf16 on the integer pipe (add 0x8000 to the bits, keep the high
+    halves with one PRMT: round half away from zero; p is never negative, inf and NaN stay inf and NaN) instead of one
+    F2FP."""
+    if ALU_PACK:
+        q = gl.inline_asm_elementwise(
+            "{ .reg .b32 a, b; add.u32 a, $1, 32768; add.u32 b, $2, 32768; prmt.b32 $0, a, b, 0x7632; }",
+            "=r,r,r", [p.to(gl.int32, bitcast=True)], dtype=gl.bfloat16, is_pure=True, pack=2)
+    else:
+        q = p.to(dtype)
+    return gl.convert_layout(q, p_layout)
+
+
+@gluon.jit
+def _softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, SAFE: gl.constexpr = False,
+                   ALU_PACK: gl.constexpr = False):
+    """The first key block of a tile: running max, running sum, and P as the next wgmma's register operand
+    (`_p_operand`). `SAFE`: a row may see no key of the block (a sliding window, a sequence end): its max is -inf and
+    p must come out 0, not NaN."""
     m_i = gl.max(s, axis=1) * qk_scale
     if SAFE:
         p = gl.exp2(s * qk_scale - gl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
     else:
         p = gl.exp2(s * qk_scale - m_i[:, None])
-    return gl.convert_layout(p.to(dtype), p_layout), m_i, gl.sum(p, axis=1)
+    return _p_operand(p, dtype, p_layout, ALU_PACK), m_i, gl.sum(p, axis=1)
 
 
 @gluon.jit
-def _softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, SAFE: gl.constexpr = False):
+def _softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, SAFE: gl.constexpr = False,
+                  ALU_PACK: gl.constexpr = False):
     """A later key block: the online-softmax update; alpha rescales the accumulator once its P·V is done."""
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     if SAFE:
@@ -97,17 +115,18 @@ def _softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.const
     else:
         p = gl.exp2(s * qk_scale - m_new[:, None])
         alpha = gl.exp2(m_i - m_new)
-    return gl.convert_layout(p.to(dtype), p_layout), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
+    return _p_operand(p, dtype, p_layout, ALU_PACK), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
 
 
 @gluon.jit
-def _window_scores(s, j, m0, offs_m, offs_n, diag, win_left, win_right, ROWS: gl.constexpr,
+def _window_scores(s, lo, start, m0, offs_m, offs_n, diag, win_left, win_right, ROWS: gl.constexpr,
                    BLOCK_N: gl.constexpr):
-    """Key block j's scores with a sliding window's edges (flash-attn's: key j kept for row i when
-    i + diag - win_left <= j <= i + diag + win_right) on a block that crosses one for some of the `ROWS` rows from m0."""
-    lo = j * BLOCK_N
+    """The scores of the key block whose keys are lo ... lo + BLOCK_N - 1, loaded from key `start` (lo, unless the
+    varlen program shifted a block that would cross the sequence end: `key_block_start`), with a sliding window's
+    edges (flash-attn's: key j kept for row i when i + diag - win_left <= j <= i + diag + win_right) when the block
+    crosses one for some of the `ROWS` rows from m0."""
     if (lo < m0 + ROWS - 1 + diag - win_left) | (lo + BLOCK_N - 1 > m0 + diag + win_right):
-        rel = (lo + offs_n)[None, :] - (offs_m[:, None] + diag)
+        rel = (start + offs_n)[None, :] - (offs_m[:, None] + diag)
         s = gl.where((rel >= -win_left) & (rel <= win_right), s, float("-inf"))
     return s
 
@@ -251,7 +270,8 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
     s = warpgroup_mma_wait(0, deps=[s])
     s = _scores(s, first, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
     if WINDOW:
-        s = _window_scores(s, first, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
+        lo = first * BLOCK_N
+        s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
     p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, WINDOW)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
@@ -265,7 +285,8 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
         s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
         s = _scores(s, first + j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
         if WINDOW:
-            s = _window_scores(s, first + j, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
+            lo = (first + j) * BLOCK_N
+            s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
         p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, WINDOW)
         acc = warpgroup_mma_wait(0, deps=[acc])
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]

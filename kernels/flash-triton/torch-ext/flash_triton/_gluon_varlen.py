@@ -27,7 +27,7 @@ warp-specialized one takes sinks alone), as constexpr switches (off: the plain p
     edge for some row of the half;
   - `SINKS`: exp(Sinks[h]) joins each row's softmax denominator (gpt-oss), after the last block.
 `P_PACK_ALU` (bf16, `Config.p_pack_alu`, not a feature: a way to compute P) rounds P to bf16 on the integer pipe
-(`_p_operand`) instead of the F2FP conversion (TUNING.md step 21).
+(`_gluon._p_operand`) instead of the F2FP conversion (TUNING.md step 21).
 `CAP_POLY` (2, 4: `Config.cap_poly`, with `CAP_BOUND` only) computes one exp2 in that many as a polynomial on the
 FMA pipes (`_exp2_poly_asm`), to take work off the special-function unit (TUNING.md step 20). With `P_PACK_ALU`
 the polynomial's work replaces the conversion's on those pipes: CAP_POLY=4 with it is the default of a softcap
@@ -44,7 +44,17 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._gluon import _sink_rescale, _ws_buffers, _ws_producer, key_block_start, tile_order
+from ._gluon import (
+    _p_operand,
+    _sink_rescale,
+    _softmax_first,
+    _softmax_next,
+    _window_scores,
+    _ws_buffers,
+    _ws_producer,
+    key_block_start,
+    tile_order,
+)
 
 
 @gluon.jit
@@ -74,43 +84,9 @@ def _feature_scores(s, j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_le
                                       is_pure=True, pack=1)
     s = _masked_scores(s, j, full, offs_m, offs_n, diag, sk, CAUSAL, BLOCK_N)
     if WINDOW:
-        lo = j * BLOCK_N
-        # some key of the block lies before the last row's window or after the first row's
-        if (lo < m0 + HALF_M - 1 + diag - win_left) | (lo + BLOCK_N - 1 > m0 + diag + win_right):
-            rel = (key_block_start(j, sk, BLOCK_N) + offs_n)[None, :] - (offs_m[:, None] + diag)
-            s = gl.where((rel >= -win_left) & (rel <= win_right), s, float("-inf"))
+        s = _window_scores(s, j * BLOCK_N, key_block_start(j, sk, BLOCK_N), m0, offs_m, offs_n, diag, win_left,
+                           win_right, HALF_M, BLOCK_N)
     return s
-
-
-@gluon.jit
-def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr, ALU_PACK: gl.constexpr):
-    """P as the P·V wgmma's register operand. `ALU_PACK` (bf16 only, `Config.p_pack_alu`, TUNING.md step 21): each
-    pair of fp32 probabilities rounded to bf16 on the integer pipe (add 0x8000 to the bits, keep the high halves with
-    one PRMT: round half away from zero; p is never negative, inf and NaN stay inf and NaN) instead of one F2FP."""
-    if ALU_PACK:
-        q = gl.inline_asm_elementwise(
-            "{ .reg .b32 a, b; add.u32 a, $1, 32768; add.u32 b, $2, 32768; prmt.b32 $0, a, b, 0x7632; }",
-            "=r,r,r", [p.to(gl.int32, bitcast=True)], dtype=gl.bfloat16, is_pure=True, pack=2)
-    else:
-        q = p.to(dtype)
-    return gl.convert_layout(q, p_layout)
-
-
-@gluon.jit
-def _safe_softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, ALU_PACK: gl.constexpr):
-    m_i = gl.max(s, axis=1) * qk_scale
-    m_use = gl.where(m_i == float("-inf"), 0.0, m_i)  # a row that sees no key yet: p = 0, not NaN
-    p = gl.exp2(s * qk_scale - m_use[:, None])
-    return _p_operand(p, dtype, p_layout, ALU_PACK), m_i, gl.sum(p, axis=1)
-
-
-@gluon.jit
-def _safe_softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, ALU_PACK: gl.constexpr):
-    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-    p = gl.exp2(s * qk_scale - m_use[:, None])
-    alpha = gl.exp2(m_i - m_use)
-    return _p_operand(p, dtype, p_layout, ALU_PACK), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
 
 
 def _exp2_poly_asm(pack: int) -> str:
@@ -142,7 +118,7 @@ def _capped_softmax(s, l_i, qk_scale, m_ref, dtype: gl.constexpr, p_layout: gl.c
     exp2(s·qk_scale - m_ref) against a fixed reference, and the accumulator is never rescaled (no row max, no
     alpha: fewer FMA-pipe instructions per score than the plain softmax, TUNING.md step 19). `CAP_POLY` = N (2, 4):
     one exponential in N on the FMA pipes (`_exp2_poly_asm`), since tanh and exp2 both queue on the special-function
-    unit here (TUNING.md step 20); `ALU_PACK` as `_p_operand`."""
+    unit here (TUNING.md step 20); `ALU_PACK` as `_gluon._p_operand`."""
     x = s * qk_scale - m_ref
     if CAP_POLY == 2:
         p = gl.inline_asm_elementwise(_EXP2_POLY_2, "=f,=f,f,f", [x], dtype=gl.float32, is_pure=True, pack=2)
@@ -194,7 +170,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         p_op, l_i = _capped_softmax(s, gl.zeros([HALF_M], gl.float32, gl.SliceLayout(1, s_layout)), qk_scale, m_ref,
                                     dtype, p_layout, P_PACK_ALU, CAP_POLY)
     else:
-        p_op, m_i, l_i = _safe_softmax_first(s, qk_scale, dtype, p_layout, P_PACK_ALU)
+        p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, True, P_PACK_ALU)  # rows may see no key
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -212,7 +188,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
         if CAP_BOUND:
             p_op, l_i = _capped_softmax(s, l_i, qk_scale, m_ref, dtype, p_layout, P_PACK_ALU, CAP_POLY)
         else:
-            p_op, m_i, l_i, alpha = _safe_softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, P_PACK_ALU)
+            p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, True, P_PACK_ALU)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(prev), count=1)  # this warpgroup is done with block j-1's values
         if not CAP_BOUND:

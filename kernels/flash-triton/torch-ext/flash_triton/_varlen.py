@@ -159,8 +159,6 @@ def gluon_varlen_unsupported(q, k, v, cfg: Config) -> str | None:
     if not (cfg.warp_specialize and not cfg.persistent and cfg.num_warps == 4 and cfg.block_m in (128, 192)):
         return ("the varlen Gluon program is the warp-specialized one: block_m 128 (two consumer warpgroups) or 192 "
                 "(three), num_warps 4, not persistent")
-    if cfg.block_m == 192 and block_d(q.shape[-1]) > 64:
-        return "three consumer warpgroups (block_m 192) fit their registers at head dim 64 only"
     layout = _packed_layout(q, k, v)
     if layout is None:
         return ("the Gluon program reads 16-byte aligned [total, H, D] tensors through TMA, all contiguous or all "
