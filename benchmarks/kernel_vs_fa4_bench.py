@@ -25,6 +25,7 @@ import json
 import statistics
 import sys
 import warnings
+from importlib import metadata
 from pathlib import Path
 
 import torch
@@ -170,6 +171,13 @@ def _fmt(x, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _dist_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:  # importable from a path pip did not record
+        return "?"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--explore", action="store_true", help="also time named configs of our kernel (see above)")
@@ -188,9 +196,8 @@ def main() -> int:
     # FA4's CuTe DSL warns at each new compile that one of its own arguments is no JIT argument: not ours to act on
     warnings.filterwarnings("ignore", message="Argument aux_data")
     try:
-        import flash_attn
         from flash_attn.cute import flash_attn_func as fa4
-        fa4_version = getattr(flash_attn, "__version__", "?")
+        fa4_version = _dist_version("flash-attn-4")
     except ImportError as e:
         fa4, fa4_version = None, f"not importable ({e})"
     props = torch.cuda.get_device_properties(0)
@@ -198,13 +205,19 @@ def main() -> int:
           "p50 of 20, L2 flushed, CUDA-graph replays unless a row says events")
     print(f"{'case':<40} {'implementation':<44} {'us':>9} {'rate':>9} {'x FA4':>6} {'x cuDNN':>7}  note")
     only = [s for s in args.only.split(",") if s]
-    rows = []
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for case in CASES:
-        if not only or any(s in case.name for s in only):
-            rows += run_case(case, mod, fa4, args.explore, gen, props.name, max(args.rounds, 1))
-    if args.out:
-        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # one case's rows are written as soon as it is timed: a run cut short by a call's time limit keeps what finished
+    sink = args.out.open("w") if args.out else None
+    try:
+        for case in CASES:
+            if not only or any(s in case.name for s in only):
+                rows = run_case(case, mod, fa4, args.explore, gen, props.name, max(args.rounds, 1))
+                if sink:
+                    sink.write("".join(json.dumps(r) + "\n" for r in rows))
+                    sink.flush()
+    finally:
+        if sink:
+            sink.close()
     return 0
 
 

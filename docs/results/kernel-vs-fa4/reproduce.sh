@@ -7,6 +7,9 @@
 # numerics gate (`verify`). Needs flash-attn-4 with its CuTe DSL runtime and `kernels` importable
 # (carried as wheels: scripts/gpu/run_all.sh installs .whl/; README.md here names them).
 #   bash scripts/gpu/run_all.sh kernel-vs-fa4      (or alone: OUT=/some/dir bash docs/results/kernel-vs-fa4/reproduce.sh)
+# The whole folder takes ~12 minutes, more than one 10-minute device call: PARTS picks the steps (default all four,
+# "kernel stages bench verify"); two calls back to back on one machine make it in two halves, e.g.
+# PARTS="kernel stages" then PARTS="bench verify".
 set -u
 . scripts/gpu/lib.sh
 claim kernel-vs-fa4
@@ -26,12 +29,19 @@ bench() {  # bench NAME ARGS...: one `attnprof bench` sweep at B·S = 16k, 16 he
   cp "/tmp/fa4-$name/results.jsonl" "$dest/$name.jsonl"; cp "/tmp/fa4-$name/report.md" "$dest/$name.md"
   stamp "$name"
 }
-timeout 300 python3 benchmarks/kernel_vs_fa4_bench.py --explore --rounds 3 --out "$dest/kernel-vs-fa4.jsonl" \
+PARTS=" ${PARTS:-kernel stages bench verify} "
+part() { [[ "$PARTS" == *" $1 "* ]]; }
+if part kernel; then
+timeout 330 python3 benchmarks/kernel_vs_fa4_bench.py --explore --rounds 3 --out "$dest/kernel-vs-fa4.jsonl" \
   > "$dest/kernel-vs-fa4.log" 2>&1
 echo "kernel_vs_fa4_bench exit=$?"; stamp kernel-vs-fa4
+fi
+if part stages; then
 stages tutorial
 stages long-16k --batch 1 --heads 16 --seq 16384 --head-dim 128 --dtype bf16
-bench bench-hd128-causal --head-dim 128 --causal --seq 1024,2048,4096,8192,16384 --measure-ceilings
+fi
+part bench && bench bench-hd128-causal --head-dim 128 --causal --seq 1024,2048,4096,8192,16384 --measure-ceilings
+part verify || exit 0
 timeout 200 python3 -m attnprof verify --device cuda --variants $V --dtype bf16 --out /tmp/fa4-verify > "$dest/verify.log" 2>&1
 echo "verify exit=$? (a failing backend is a finding, in verify.md)"
 cp /tmp/fa4-verify/verify.md "$dest/verify.md"; cp /tmp/fa4-verify/verify.json "$dest/verify.json"; stamp verify
