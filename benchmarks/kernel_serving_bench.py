@@ -37,6 +37,8 @@ from attnprof.variants import kernel_hub
 
 SCHEMA = "attnprof.kernel-serving-bench/1"
 DECODE_IMPLS = ("ours", "ours-heads", "ours-paged64", "ours-paged256", "sdpa", "sdpa-flash", "sdpa-efficient", "flex")
+# more that `--decode-impls` can name: ours over an FP8 (e4m3) cache, dense and paged, descales per (sequence, kv head)
+FP8_IMPLS = ("ours-fp8", "ours-fp8-paged64", "ours-fp8-paged256")
 TUNE_POINTS = ((1, 1024), (1, 8192), (1, 32768), (4, 8192), (16, 8192), (64, 4096))
 # `--tune-set batch1` (issue 30 item 3): batch 1 against cuDNN, and batch 4 (4 splits) to see what a change costs there
 BATCH1_POINTS = ((1, 1024), (1, 8192), (1, 32768), (4, 8192))
@@ -77,7 +79,8 @@ def decode_cell(mod, b: int, s: int, hq: int, hkv: int, d: int, impls, l2_bytes:
     seqlens = torch.full((b,), s, dtype=torch.int32, device=DEVICE)
     rows, ref = [], None
     for impl in impls:
-        row = {"part": "decode", "impl": impl, "batch": b, "kv_len": s, "kv_bytes": kv_bytes, "rotate": rotate}
+        row = {"part": "decode", "impl": impl, "batch": b, "kv_len": s, "rotate": rotate,
+               "kv_bytes": kv_bytes // 2 if impl in FP8_IMPLS else kv_bytes}  # the bytes this one reads
         try:
             fn, out = _decode_fn(mod, impl, q, ks, vs, seqlens, gen, flex_ok)
         except (RuntimeError, ValueError, torch.OutOfMemoryError) as e:
@@ -110,6 +113,18 @@ def _decode_fn(mod, impl, q, ks, vs, seqlens, gen, flex_ok):
         def fn(i):
             return mod.flash_attn_with_kvcache(q, hk[i], hv[i], cache_seqlens=seqlens)
         return fn, fn(0)
+    fp8 = {}
+    if impl in FP8_IMPLS:  # the same values as an e4m3 cache: x / descale, descale = amax / 448 per (b, kv head)
+        kd = ks[0].float().abs().amax(dim=(1, 3)) / 448.0
+        vd = vs[0].float().abs().amax(dim=(1, 3)) / 448.0
+        ks = [(k.float() / kd[:, None, :, None]).to(torch.float8_e4m3fn) for k in ks]
+        vs = [(v.float() / vd[:, None, :, None]).to(torch.float8_e4m3fn) for v in vs]
+        fp8 = {"k_descale": kd, "v_descale": vd}
+        impl = impl.replace("-fp8", "")
+        if impl == "ours":
+            def fn(i):
+                return mod.flash_attn_with_kvcache(q, ks[i], vs[i], cache_seqlens=seqlens, **fp8)
+            return fn, fn(0)
     if impl.startswith("ours-paged"):
         page = int(impl.removeprefix("ours-paged"))
         b, s, hkv, d = ks[0].shape
@@ -123,7 +138,7 @@ def _decode_fn(mod, impl, q, ks, vs, seqlens, gen, flex_ok):
             pv[-1][table.flatten().long()] = v.view(b * blocks, page, hkv, d)
 
         def fn(i):
-            return mod.flash_attn_with_kvcache(q, pk[i], pv[i], cache_seqlens=seqlens, block_table=table)
+            return mod.flash_attn_with_kvcache(q, pk[i], pv[i], cache_seqlens=seqlens, block_table=table, **fp8)
         return fn, fn(0)
     qh = q.transpose(1, 2).contiguous()  # [B, 1, Hq, D] -> [B, Hq, 1, D]: SDPA's and flex's layout
     kh = [k.transpose(1, 2).contiguous() for k in ks]  # [B, S, Hkv, D] -> [B, Hkv, S, D]
@@ -307,6 +322,8 @@ def main() -> int:
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--kv-heads", type=int, default=8)
     p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--decode-impls", default=",".join(DECODE_IMPLS),
+                   help=f"decode implementations, in order (the first is the reference of rel_diff); also {', '.join(FP8_IMPLS)}")
     p.add_argument("--tune-set", choices=("sweep", "batch1"), default="sweep",
                    help="the decode configs --parts tune times (batch1: split count and merge at batch 1, with SDPA)")
     p.add_argument("--flex-budget-s", type=float, default=40.0, help="stop compiling flex cells after this long")
@@ -321,6 +338,11 @@ def main() -> int:
         print(f"kernel_serving_bench: {spec.label()} has no flash_attn_with_kvcache", file=sys.stderr)
         return 2
     parts = set(args.parts.split(","))
+    impls = [i for i in args.decode_impls.split(",") if i]
+    if unknown := [i for i in impls if i not in DECODE_IMPLS + FP8_IMPLS]:
+        print(f"kernel_serving_bench: unknown --decode-impls {', '.join(unknown)} (known: "
+              f"{', '.join(DECODE_IMPLS + FP8_IMPLS)})", file=sys.stderr)
+        return 2
     t0 = time.time()
     copy_gbps = measure_copy("cuda", 1024, reps=30, warmup=5)
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
@@ -336,7 +358,7 @@ def main() -> int:
         for b in map(int, args.batches.split(",")):
             for s in map(int, args.kv_lens.split(",")):
                 t = time.time()
-                cell = decode_cell(mod, b, s, args.heads, args.kv_heads, args.head_dim, DECODE_IMPLS, l2,
+                cell = decode_cell(mod, b, s, args.heads, args.kv_heads, args.head_dim, impls, l2,
                                    flex_spent <= args.flex_budget_s)
                 flex_spent += (time.time() - t) if any(r["impl"] == "flex" and r["status"] == "ok" for r in cell) else 0
                 rows += cell

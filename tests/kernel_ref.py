@@ -50,8 +50,10 @@ class Check:
         self.finite = True
 
     def add(self, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-            scale: float) -> None:
-        """`out` `[Sq, Hq, D]`: the kernel's rows for one sequence with q `[Sq, Hq, D]`, k/v `[Sk, Hkv, D]`."""
+            scale: float, exact_kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """`out` `[Sq, Hq, D]`: the kernel's rows for one sequence with q `[Sq, Hq, D]`, k/v `[Sk, Hkv, D]`.
+        `exact_kv`: the keys/values the oracle takes instead (fp64: an FP8 cache dequantised), k/v then being their
+        rounding to q's dtype, what eager attention gets."""
         if q.shape[0] == 0:
             return
         inputs = sequence_inputs(q, k, v, causal, scale)
@@ -59,7 +61,8 @@ class Check:
             ref = torch.zeros(inputs.q.shape, dtype=torch.float64, device=q.device)
             eager = ref
         else:
-            ref = reference_attention(inputs)
+            ref = reference_attention(inputs if exact_kv is None
+                                      else sequence_inputs(q.double(), *exact_kv, causal, scale))
             eager = naive_attention(inputs).double()
             if inputs.valid is not None:
                 eager = eager.masked_fill(~inputs.valid.any(-1, keepdim=True), 0.0)
@@ -72,6 +75,21 @@ class Check:
     def result(self) -> dict:
         scale = max(self.norm, 1e-60) ** 0.5
         return {"err": self.err ** 0.5 / scale, "eager": self.eager ** 0.5 / scale, "finite": self.finite}
+
+
+def fp8_cache(x: torch.Tensor, descale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x `[B, S, Hkv, D]` stored as an FP8 cache in flash-attn's convention: x / descale (`[B, Hkv]`, or one element)
+    saturated at the format's largest value, rounded to nearest even by torch's cast."""
+    d = descale.reshape(-1)[0] if descale.numel() == 1 else descale[:, None, :, None]
+    top = torch.finfo(dtype).max
+    return (x.double() / d.double()).clamp(-top, top).to(dtype)
+
+
+def dequantized(x8: torch.Tensor, descale: torch.Tensor) -> torch.Tensor:
+    """The fp64 values an FP8 cache `[B, S, Hkv, D]` (or a paged `[blocks, page, Hkv, D]` one with a per-tensor
+    descale) holds: x8 · descale."""
+    d = descale.reshape(-1)[0] if descale.numel() == 1 else descale[:, None, :, None]
+    return x8.double() * d.double()
 
 
 def packed(lengths: list[int], heads: int, d: int, dtype: torch.dtype, device: str = "cpu",

@@ -135,6 +135,56 @@ def test_kvcache_matches_oracle(mod, case):
     assert lse_err < 5e-2, lse_err
 
 
+FP8_KVCACHE = [  # (lengths, capacity, Hq, Hkv, D, page size (0: dense), Sq, append, descale kind, format)
+    ([8000, 1, 0, 4095], 8192, 32, 8, 128, 0, 1, True, "bh", torch.float8_e4m3fn),
+    ([8000, 1, 0, 4095], 8192, 32, 8, 128, 256, 1, True, "tensor", torch.float8_e4m3fn),
+    ([700, 3000], 3072, 16, 4, 128, 16, 4, True, "bh", torch.float8_e5m2),
+    ([32768], 32768, 32, 8, 128, 0, 1, False, "bh", torch.float8_e4m3fn),
+    ([5000, 2500], 5120, 8, 8, 64, 64, 1, True, "bh", torch.float8_e4m3fn),
+]
+
+
+@pytest.mark.parametrize("case", FP8_KVCACHE, ids=lambda c: f"B{len(c[0])}-cap{c[1]}-d{c[4]}-"
+                         + (f"paged{c[5]}" if c[5] else "dense") + f"-sq{c[6]}" + ("-append" if c[7] else "")
+                         + f"-{c[8]}-{str(c[9]).removeprefix('torch.float8_')}")
+def test_fp8_kvcache_matches_the_dequantised_oracle(mod, case):
+    """bf16 queries over an FP8 cache (x / descale): against fp64 attention over the dequantised cache the call left
+    (appended rows included), error <= 2 x bf16 eager's over the same values; appended rows as torch's cast."""
+    from kernel_ref import dequantized, fp8_cache
+
+    lengths, cap, hq, hkv, d, page, sq, append, kind, fmt = case
+    q, kc16, vc16, kn, vn, seqlens, table, dense_k, dense_v = _kvcache_case(
+        (lengths, cap, hq, hkv, d, "bf16", page, sq, append, {}), seed=cap + d)
+    b = len(lengths)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    if kind == "bh":
+        kd = torch.rand(b, hkv, device="cuda", generator=gen) * 0.02 + 0.005
+        vd = torch.rand(b, hkv, device="cuda", generator=gen) * 0.02 + 0.005
+    else:
+        kd, vd = torch.tensor([0.011], device="cuda"), torch.tensor([0.007], device="cuda")
+    if kind == "tensor" or not page:
+        kc, vc = fp8_cache(kc16, kd, fmt), fp8_cache(vc16, vd, fmt)
+    else:  # a paged cache with per-sequence descales: each sequence's blocks at its own scale
+        kc, vc = torch.zeros_like(kc16, dtype=fmt), torch.zeros_like(vc16, dtype=fmt)
+        for i in range(b):
+            rows = table[i].long()
+            kc[rows] = fp8_cache(kc16[rows][None], kd[i : i + 1], fmt)[0]
+            vc[rows] = fp8_cache(vc16[rows][None], vd[i : i + 1], fmt)[0]
+    out = mod.flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens, block_table=table, causal=sq > 1,
+                                      k_descale=kd, v_descale=vd)
+    check = Check()
+    for i, n in enumerate(seqlens.tolist()):
+        total = n + (sq if append else 0)
+        k8 = kc[table[i].long()].flatten(0, 1) if page else kc[i]
+        v8 = vc[table[i].long()].flatten(0, 1) if page else vc[i]
+        kdi, vdi = (kd, vd) if kd.numel() == 1 else (kd[i : i + 1], vd[i : i + 1])
+        keys, vals = dequantized(k8[None, :total], kdi)[0], dequantized(v8[None, :total], vdi)[0]
+        if append:
+            assert torch.equal(k8[n : n + sq].view(torch.uint8), fp8_cache(kn[i : i + 1], kdi, fmt)[0].view(torch.uint8))
+        check.add(out[i], q[i], keys.to(q.dtype), vals.to(q.dtype), sq > 1, d ** -0.5, exact_kv=(keys, vals))
+    _within_rule(check.result())
+
+
 def test_decode_step_replays_in_a_cuda_graph_with_changing_lengths(mod):
     """Captured once, replayed with new lengths, queries and new keys written into the same buffers."""
     case = ([4000, 100, 2000], 4096, 32, 8, 128, "bf16", 64, 1, True, {})

@@ -25,6 +25,13 @@ j <= i + L - Sq with L = cache_seqlens + Snew. A sequence with cache_seqlens < 0
 batches that way) has no keys and appends nothing; positions past the cache capacity are neither written nor read.
 Softmax in base 2 (log2(e) folded into `qk_scale`), as in `_kernel.py`; LSE out in natural log, +inf for a row
 that saw no key (flash-attn's convention), whose output is 0.
+
+An FP8 cache (`DESCALE`: e4m3 or e5m2 K/V, fp16/bf16 queries and output) moves half the bytes of the stream. Each
+tile is widened to the query's dtype in registers and the dot products run as for a 16-bit cache; the descales of
+flash-attn's convention (one fp32 per (sequence, kv head), or one per tensor as stride-0 broadcasts) are folded in
+once per CTA: the key descale into the logit scale (QKᵀ·dk·scale), the value descale into the accumulator after the
+loop (P·V is linear in V). Appended keys/values are quantized on the way into the cache (x / descale, saturated to
+the format's largest finite value) and attended in that quantized form, as a later step reads them.
 """
 
 from __future__ import annotations
@@ -124,6 +131,25 @@ def _split_span(lo, limit, split_len):
     """[first, end) of the splits with keys: split s holds keys [max(lo, s·len), min(limit, (s+1)·len))."""
     first = lo // split_len
     return first, tl.where(lo < limit, tl.cdiv(limit, split_len), first)
+
+
+@triton.jit
+def _quantize(x, descale, DST: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MANT: tl.constexpr,
+              FP8_EMIN: tl.constexpr):
+    """x / descale in the cache's FP8 format (FP8_MANT mantissa bits, FP8_EMIN its smallest normal exponent),
+    rounded to nearest even and saturated at ±FP8_MAX (a plain cast would make inf/NaN of an outlier).
+
+    The rounding is done here in fp32, not by the cast: y + c - c with c = 1.5·2^(23 + e), e the exponent of y's
+    grid spacing in the format, rounds y to that spacing (fp32 additions round to nearest even), carries into the
+    next binade and covers the subnormals; the cast then meets an exact value (division rounded as torch's). Triton's interpreter casts to FP8
+    without either (31.8 -> 16, ties up, no saturation), so this way the CPU tests check what the GPU computes."""
+    y = tl.math.div_rn(x.to(tl.float32), descale + tl.zeros_like(x.to(tl.float32)))  # correctly rounded, as torch
+    y = tl.minimum(tl.maximum(y, -FP8_MAX), FP8_MAX)
+    exp = ((y.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127  # y's binade (any value below FP8_EMIN: FP8_EMIN)
+    spacing = tl.maximum(exp, FP8_EMIN) - FP8_MANT
+    c = ((spacing + 23 + 127) << 23 | (1 << 22)).to(tl.float32, bitcast=True)
+    r = (y + c) - c
+    return tl.where(r == 0.0, y * 0.0, r).to(DST)  # what rounds to 0 keeps its sign (-0.0), as the cast does
 
 
 @triton.jit
@@ -299,7 +325,8 @@ def _reduce_splits(PartAcc, PartML, tile, n_lo, n_hi, offs_m, row_ok, BLOCK_M: t
 
 @triton.jit(do_not_specialize=["count_off"])
 def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPad, Table, PartAcc, Counters,
-                seqlen_scalar, qk_scale, Sinks, softcap_in, softcap_out, win_left, win_right, count_off, ml_off,
+                seqlen_scalar, qk_scale, Sinks, softcap_in, softcap_out, win_left, win_right, KDescale, VDescale,
+                count_off, ml_off, stride_kdb, stride_kdh, stride_vdb, stride_vdh,
                 stride_qb, stride_qs, stride_qh,
                 stride_kcb, stride_kcs, stride_kch,
                 stride_vcb, stride_vcs, stride_vch,
@@ -312,12 +339,15 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                 HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr, SPLIT: tl.constexpr,
                 FUSED_REDUCE: tl.constexpr, STORE_LSE: tl.constexpr, BLOCK_D: tl.constexpr = 128,
                 PREFETCH: tl.constexpr = False, SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
-                SINKS: tl.constexpr = False, MERGE_GROUP: tl.constexpr = 1):
+                SINKS: tl.constexpr = False, MERGE_GROUP: tl.constexpr = 1, DESCALE: tl.constexpr = False,
+                FP8_MAX: tl.constexpr = 448.0, FP8_MANT: tl.constexpr = 3, FP8_EMIN: tl.constexpr = -6):
     """grid = (num_splits, B * Hkv, cdiv(Sq * G, BLOCK_M)). q `[B, Sq, Hq, D]`, caches dense `[B_c, S_c, Hkv, D]` or
     paged `[blocks, PAGE_SIZE, Hkv, D]`, k/v new `[B, Snew, Hkv, D]`, out `[B, Sq, Hq, D]`; last dims contiguous.
     With `SPLIT`: one fp32 workspace, the partial accumulators from PartAcc and their (m, l) pairs from
     PartAcc + ml_off (one allocation per call, not two); the fused merge's counters are Counters[count_off + tile]
-    (a ring shared by calls: `_splits.counter_slot`; not specialized, it changes every call)."""
+    (a ring shared by calls: `_splits.counter_slot`; not specialized, it changes every call). `DESCALE`: an FP8
+    cache, its descales at KDescale[b·stride_kdb + hk·stride_kdh] (likewise V); FP8_MAX, FP8_MANT, FP8_EMIN its format
+    (`_quantize`)."""
     s = tl.program_id(0)
     bk = tl.program_id(1)
     mt = tl.program_id(2)
@@ -332,6 +362,11 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
     lo = _window_lo(lo, total, SQ, win_left, WINDOW)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)  # the head dim padded to a power of two (80, 96 -> 128)
+    k_descale = 1.0
+    if DESCALE:  # an FP8 cache: the key descale joins the logit scale, the value descale scales acc at the end
+        k_descale = tl.load(KDescale + b * stride_kdb + hk * stride_kdh).to(tl.float32)
+        qk_scale = qk_scale * k_descale
+        softcap_in = softcap_in * k_descale
 
     if APPEND:  # write this split's share of the new keys/values into the cache (M tile 0 only)
         w_lo = tl.maximum(old, s * split_len)
@@ -346,6 +381,10 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                          mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
             k_dst = _kv_rows(KCache, Table, b, cb, hk, pos, stride_kcb, stride_kcs, stride_kch, stride_bt, PAGE_SIZE, ok)
             v_dst = _kv_rows(VCache, Table, b, cb, hk, pos, stride_vcb, stride_vcs, stride_vch, stride_bt, PAGE_SIZE, ok)
+            if DESCALE:
+                kn = _quantize(kn, k_descale, KCache.dtype.element_ty, FP8_MAX, FP8_MANT, FP8_EMIN)
+                vn = _quantize(vn, tl.load(VDescale + b * stride_vdb + hk * stride_vdh), VCache.dtype.element_ty,
+                               FP8_MAX, FP8_MANT, FP8_EMIN)
             tl.store(k_dst[:, None] + offs_d[None, :], kn.to(KCache.dtype.element_ty), mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D))
             tl.store(v_dst[:, None] + offs_d[None, :], vn.to(VCache.dtype.element_ty), mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D))
 
@@ -374,6 +413,9 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
         pages = _tile_pages(Table, b, start + BLOCK_N, cache_hi, stride_bt, PAGE_SIZE, BLOCK_N)  # the next tile's
         k = tl.load(k_ptr[:, None] + offs_d[None, :], mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
         v = tl.load(v_ptr[:, None] + offs_d[None, :], mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
+        if DESCALE:  # widened in registers: the dot products run in the query's dtype
+            k = k.to(Q.dtype.element_ty)
+            v = v.to(Q.dtype.element_ty)
         m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL, softcap_in, softcap_out,
                               win_left, win_right, SOFTCAP, WINDOW)
     if APPEND:  # this split's new keys, read from k/v (another CTA may be writing them into the cache right now)
@@ -382,11 +424,21 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
             ok = pos < k_hi
             src = (pos - old).to(tl.int64)[:, None]
             k = tl.load(KNew + b.to(tl.int64) * stride_knb + src * stride_kns + hk * stride_knh + offs_d[None, :],
-                        mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0).to(KCache.dtype.element_ty)
+                        mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
             v = tl.load(VNew + b.to(tl.int64) * stride_vnb + src * stride_vns + hk * stride_vnh + offs_d[None, :],
-                        mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0).to(VCache.dtype.element_ty)
+                        mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
+            if DESCALE:  # as a later step will read them: quantized, then widened
+                k = _quantize(k, k_descale, KCache.dtype.element_ty, FP8_MAX, FP8_MANT,
+                              FP8_EMIN).to(Q.dtype.element_ty)
+                v = _quantize(v, tl.load(VDescale + b * stride_vdb + hk * stride_vdh), VCache.dtype.element_ty,
+                              FP8_MAX, FP8_MANT, FP8_EMIN).to(Q.dtype.element_ty)
+            else:
+                k = k.to(KCache.dtype.element_ty)
+                v = v.to(VCache.dtype.element_ty)
             m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL, softcap_in, softcap_out,
                               win_left, win_right, SOFTCAP, WINDOW)
+    if DESCALE:
+        acc = acc * tl.load(VDescale + b * stride_vdb + hk * stride_vdh).to(tl.float32)
 
     if SPLIT:
         PartML = PartAcc + ml_off

@@ -13,6 +13,12 @@ import torch
 
 from ._config import INTERPRETED, SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
 
+# The FP8 formats a KV cache may hold, and each one's largest finite value (what appended keys saturate at)
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+# ... and the decode program's constexprs for it: largest value, mantissa bits, smallest normal exponent
+FP8_FORMAT = {torch.float8_e4m3fn: dict(FP8_MAX=448.0, FP8_MANT=3, FP8_EMIN=-6),
+              torch.float8_e5m2: dict(FP8_MAX=57344.0, FP8_MANT=2, FP8_EMIN=-14)}
+
 
 def refuse_unsupported(entry: str, *, dropout_p: float = 0.0, window_size=(-1, -1), softcap: float | None = 0.0,
                        alibi_slopes=None, s_aux=None, return_attn_probs: bool = False, block_table=None,
@@ -39,14 +45,16 @@ def refuse_unsupported(entry: str, *, dropout_p: float = 0.0, window_size=(-1, -
         no("rotary_cos/rotary_sin", "apply rotary embeddings before the call")
 
 
-def tensor_problem(name: str, t, dims: int, layout: str) -> str | None:
-    """None when `t` is a `dims`-D fp16/bf16 tensor whose last dim is contiguous, else why not."""
+def tensor_problem(name: str, t, dims: int, layout: str, fp8_ok: bool = False) -> str | None:
+    """None when `t` is a `dims`-D fp16/bf16 tensor (or, `fp8_ok`, an FP8 one: a KV cache) whose last dim is
+    contiguous, else why not."""
     if not isinstance(t, torch.Tensor):
         return f"{name} is a {type(t).__name__}, not a torch.Tensor"
     if t.dim() != dims:
         return f"{name} must be {dims}-D {layout}, got shape {tuple(t.shape)}"
-    if t.dtype not in SUPPORTED_DTYPES:
-        return f"{name} has dtype {t.dtype}; flash-triton supports float16 and bfloat16 only"
+    if t.dtype not in SUPPORTED_DTYPES and not (fp8_ok and t.dtype in FP8_MAX):
+        also = " (a KV cache may also be float8_e4m3fn or float8_e5m2)" if fp8_ok else ""
+        return f"{name} has dtype {t.dtype}; flash-triton supports float16 and bfloat16 only{also}"
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         return f"{name} must have a contiguous last (head) dimension, got strides {t.stride()}"
     return None
@@ -68,6 +76,24 @@ def common_problem(q: torch.Tensor, k: torch.Tensor, tensors: dict[str, torch.Te
     hq, hkv = q.shape[-2], k.shape[-2]
     if hkv == 0 or hq % hkv:
         return f"query heads ({hq}) must be a multiple of kv heads ({hkv}) for GQA"
+    return None
+
+
+def descale_problem(name: str, t, cache_dtype: torch.dtype, batch: int, hkv: int, device) -> str | None:
+    """None when `t` is None or a descale of flash-attn's convention for an FP8 cache: fp32, one per (sequence, kv
+    head) `[B, Hkv]` or one per tensor (one element), on the call's device; else why not."""
+    if t is None:
+        return None
+    if cache_dtype not in FP8_MAX:
+        return f"{name} applies to an FP8 KV cache; this cache is {cache_dtype} (pass {name}=None)"
+    if not isinstance(t, torch.Tensor):
+        return f"{name} is a {type(t).__name__}, not a torch.Tensor"
+    if t.dtype != torch.float32:
+        return f"{name} must be float32, got {t.dtype}"
+    if t.numel() != 1 and tuple(t.shape) != (batch, hkv):
+        return f"{name} must be [B={batch}, Hkv={hkv}] (per sequence and kv head) or one element, got {tuple(t.shape)}"
+    if t.device != device:
+        return f"{name} is on {t.device}, the other tensors on {device}"
     return None
 
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import common_problem, device_problem, index_problem, refuse_unsupported, tensor_problem
+from ._checks import (FP8_FORMAT, FP8_MAX, common_problem, descale_problem, device_problem, index_problem, refuse_unsupported,
+                      tensor_problem)
 from ._config import block_d
 from ._decode import kvcache_fwd, kvcache_reduce
 from ._features import PLAIN, Features, effective, kernel_args, parse_features
@@ -27,15 +28,21 @@ from ._launch import launcher
 from ._splits import DEFAULT, DecodeConfig, counter_slot, plan
 
 
-def kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table):
+def kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
+                    k_descale=None, v_descale=None):
     """None when the call is well formed, else why not (shapes, dtypes, devices only)."""
     for name, t, layout in (("q", q, "[B, Sq, Hq, D]"), ("k_cache", k_cache, "[B_cache, S_cache, Hkv, D]"),
                             ("v_cache", v_cache, "[B_cache, S_cache, Hkv, D]")):
-        if problem := tensor_problem(name, t, 4, layout):
+        if problem := tensor_problem(name, t, 4, layout, fp8_ok=name != "q"):
             return problem
     if k_cache.shape != v_cache.shape:
         return f"k_cache and v_cache must have the same shape, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
-    tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache}
+    fp8 = k_cache.dtype in FP8_MAX or v_cache.dtype in FP8_MAX
+    if fp8 and k_cache.dtype != v_cache.dtype:
+        return f"k_cache and v_cache must share one dtype, got {k_cache.dtype} and {v_cache.dtype}"
+    # an FP8 cache: the query, the new keys/values and the output stay 16-bit (the caches join the dtype rule below
+    # only when they are 16-bit too)
+    tensors = {"q": q} if fp8 else {"q": q, "k_cache": k_cache, "v_cache": v_cache}
     batch = q.shape[0]
     if (k is None) != (v is None):
         return "pass both k and v (the new keys and values to append) or neither"
@@ -51,6 +58,11 @@ def kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, c
         tensors.update(k=k, v=v)
     if problem := common_problem(q, k_cache, tensors):
         return problem
+    if fp8 and k_cache.device != q.device:
+        return f"all tensors must be on one device, got q {q.device}, k_cache {k_cache.device}"
+    for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if problem := descale_problem(name, t, k_cache.dtype, batch, k_cache.shape[2], q.device):
+            return problem
     if block_table is not None:
         if problem := index_problem("block_table", block_table, batch, q.device, dims=2):
             return problem
@@ -92,9 +104,23 @@ class _Call:
     serial: int = 0
     out_like_q: bool = False  # q is contiguous: `torch.empty_like(q)` makes the output (half the host time of
     # `torch.empty`'s argument parsing)
+    one: torch.Tensor | None = None  # an FP8 cache: fp32 1.0 on the device, the descale of a missing one
+
+    def descales(self, k_descale, v_descale) -> tuple:
+        """The (KDescale, VDescale) launch arguments: None for a 16-bit cache, `one` for a missing descale."""
+        if self.one is None:
+            return None, None
+        return (self.one if k_descale is None else k_descale), (self.one if v_descale is None else v_descale)
 
 
 _SERIALS = itertools.count(1)
+
+
+def _descale_strides(t) -> tuple[int, int]:
+    """(batch, kv head) strides of a descale: 0, 0 for one per tensor (or none), which broadcasts."""
+    if t is None or t.numel() == 1:
+        return 0, 0
+    return t.stride(0), t.stride(1)
 
 
 _CALLS: dict[tuple, _Call] = {}
@@ -116,20 +142,23 @@ def _int_class(n: int) -> tuple:
 def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, cache_batch_idx=None,
                       cache_leftpad=None, block_table=None, softmax_scale=None, causal=False, num_splits=0,
                       return_softmax_lse=False, *, config: DecodeConfig | None = None, softcap=0.0,
-                      window_size=(-1, -1), s_aux=None):
+                      window_size=(-1, -1), s_aux=None, q_descale=None, k_descale=None, v_descale=None):
     """The launch behind `flash_attn_with_kvcache` (and `flash_attn_func` at decode shapes), with an optional
     explicit `config`. Returns out `[B, Sq, Hq, D]`, and LSE `[B, Hq, Sq]` fp32 when asked.
 
     The checks and the plan run once per call signature (`_meta` of every tensor, the flags, the config) and are
     remembered; a repeat call allocates its output and workspace and launches through `_launch.launcher` (no Triton
     binder): host time per call is the point at decode, where every layer of every step makes one. `softcap`,
-    `window_size` and `s_aux` as flash-attn computes them (`_features.py`)."""
+    `window_size` and `s_aux` as flash-attn computes them (`_features.py`). An FP8 cache (float8_e4m3fn or e5m2)
+    takes `k_descale`/`v_descale` as flash-attn does: fp32 `[B, Hkv]` or one element (None: 1); the query stays
+    fp16/bf16, so `q_descale` is refused."""
     # optional tensors: `x is None or _meta(x)` (True or a tuple) spares a call per absent argument
     key = (_meta(q), _meta(k_cache), _meta(v_cache), k is None or _meta(k), v is None or _meta(v),
            _meta(cache_seqlens), cache_batch_idx is None or _meta(cache_batch_idx),
            cache_leftpad is None or _meta(cache_leftpad), block_table is None or _meta(block_table), causal,
            num_splits, return_softmax_lse, config, softcap,
-           window_size if type(window_size) is tuple else _window_key(window_size), s_aux is None or _meta(s_aux))
+           window_size if type(window_size) is tuple else _window_key(window_size), s_aux is None or _meta(s_aux),
+           k_descale is None or _meta(k_descale), v_descale is None or _meta(v_descale), q_descale is None)
     try:
         call = _CALLS.get(key)
     except TypeError:  # an unhashable argument: checked (and refused) the slow way
@@ -137,7 +166,8 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
     if call is None:
         call = _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
                         causal, num_splits, return_softmax_lse, config,
-                        parse_features("flash_attn_with_kvcache", q, softcap, window_size, s_aux))
+                        parse_features("flash_attn_with_kvcache", q, softcap, window_size, s_aux), q_descale,
+                        k_descale, v_descale)
         if key is not None:
             if len(_CALLS) >= _MAX_CALLS:
                 _CALLS.clear()
@@ -160,7 +190,8 @@ def kvcache_attention(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, c
     cap_in, cap_out, win_left, win_right = kernel_args(call.features, raw_scale)
     _FWD(key_fwd, call.fwd_grid,
          (q, k_cache, v_cache, k, v, out, lse, seqlens, cache_batch_idx, cache_leftpad, block_table, part, count,
-          seqlen_scalar, raw_scale * _LOG2E, s_aux, cap_in, cap_out, win_left, win_right, count_off, *call.fwd_tail),
+          seqlen_scalar, raw_scale * _LOG2E, s_aux, cap_in, cap_out, win_left, win_right, *call.descales(k_descale,
+          v_descale), count_off, *call.fwd_tail),
          call.fwd_meta)
     if call.reduce_grid is not None:
         _REDUCE(key_fwd, call.reduce_grid,
@@ -182,12 +213,16 @@ def _window_key(window_size):
 
 
 def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, causal,
-             num_splits, return_softmax_lse, config, f: Features) -> _Call:
+             num_splits, return_softmax_lse, config, f: Features, q_descale=None, k_descale=None,
+             v_descale=None) -> _Call:
     """Check the call (ValueError with the reason) and decide everything about its launches from shapes."""
     if not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError(f"flash-triton flash_attn_with_kvcache: num_splits must be an int >= 0, got {num_splits!r}")
+    if q_descale is not None:
+        raise ValueError("flash-triton flash_attn_with_kvcache: q_descale is not supported (the query is fp16/bf16; "
+                         "an FP8 KV cache takes k_descale and v_descale)")
     if problem := kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad,
-                                  block_table):
+                                  block_table, k_descale, v_descale):
         raise ValueError(f"flash-triton flash_attn_with_kvcache: {problem}")
     batch, sq, hq, d = q.shape
     hkv = k_cache.shape[2]
@@ -216,11 +251,13 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
     flags = dict(CAUSAL=bool(causal), APPEND=k is not None, HAS_SEQLENS=isinstance(cache_seqlens, torch.Tensor),
                  HAS_LEFTPAD=cache_leftpad is not None, STORE_LSE=return_softmax_lse)
     part_acc = tiles * p.num_splits * p.block_m * width if split else 0  # the accumulators; then the (m, l) pairs
-    fwd_tail = (part_acc, *strides(q), *strides(k_cache), *strides(v_cache), *strides(k), *strides(v), *out_strides,
+    fp8 = k_cache.dtype in FP8_MAX
+    fwd_tail = (part_acc, *_descale_strides(k_descale), *_descale_strides(v_descale), *strides(q), *strides(k_cache), *strides(v_cache), *strides(k), *strides(v), *out_strides,
                 block_table.stride(0) if paged else 0, *heads)
     fwd_meta = dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_N=cfg.block_n, PAGE_SIZE=page,
                     HAS_BATCH_IDX=cache_batch_idx is not None, SPLIT=split, FUSED_REDUCE=cfg.fused_reduce,
                     BLOCK_D=width, PREFETCH=cfg.prefetch_merge, MERGE_GROUP=cfg.merge_group, **flags, **f.meta(),
+                    **(dict(DESCALE=True, **FP8_FORMAT[k_cache.dtype]) if fp8 else {}),
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     two_launch = split and not cfg.fused_reduce
     return _Call(out_shape, lse_shape, capacity,
@@ -232,14 +269,15 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
                  reduce_meta=dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_D=width, PREFETCH=cfg.prefetch_merge,
                                   MERGE_GROUP=cfg.merge_group, **flags,
                                   WINDOW=fwd_meta["WINDOW"], SINKS=fwd_meta["SINKS"], num_warps=4),
-                 features=f, serial=next(_SERIALS), out_like_q=q.stride() == (*out_strides, 1))
+                 features=f, serial=next(_SERIALS), out_like_q=q.stride() == (*out_strides, 1),
+                 one=torch.ones(1, dtype=torch.float32, device=q.device) if fp8 else None)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False,
-                            s_aux=None):
+                            s_aux=None, q_descale=None, k_descale=None, v_descale=None):
     """Attention of q `[B, Sq, Hq, D]` over a KV cache, appending `k`/`v` `[B, S_new, Hkv, D]` in place first.
 
     As flash-attn's `flash_attn_with_kvcache`: `cache_seqlens` (int or `[B]` int32) is each sequence's cached length
@@ -248,11 +286,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     `block_table` (`k_cache` `[num_blocks, page_size, Hkv, D]`). `num_splits` 0 picks the split count, n > 0 forces n.
     Returns out `[B, Sq, Hq, D]`, and `(out, softmax_lse [B, Hq, Sq])` with `return_softmax_lse`. `softcap`,
     `window_size` and `s_aux` (sinks) as flash-attn computes them (`_features.py`); rotary embeddings and ALiBi
-    raise ValueError naming the argument.
+    raise ValueError naming the argument. An FP8 cache (float8_e4m3fn or float8_e5m2, FlashAttention-3's
+    convention): `k_descale`/`v_descale` fp32 `[B, Hkv]` or one element (the cache holds x / descale), the query,
+    the appended `k`/`v` and the output fp16/bf16; appended keys/values are quantized into the cache.
     """
     if alibi_slopes is not None or rotary_cos is not None or rotary_sin is not None:
         refuse_unsupported("flash_attn_with_kvcache", alibi_slopes=alibi_slopes, rotary_cos=rotary_cos,
                            rotary_sin=rotary_sin)
     return kvcache_attention(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
                              softmax_scale, causal, num_splits, return_softmax_lse, softcap=softcap,
-                             window_size=window_size, s_aux=s_aux)
+                             window_size=window_size, s_aux=s_aux, q_descale=q_descale, k_descale=k_descale,
+                             v_descale=v_descale)
