@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Regenerates docs/results/kernel-fp8-decode/ on a GPU: the kernel's decode over an FP8 (e4m3) KV cache beside the
+# same kernel over the bf16 cache and SDPA (cuDNN), graph-timed with caches cycled past L2 (GB/s counts the bytes
+# each one reads: half for FP8), batch 1/16/64 x 8k/32k keys, dense and paged (256-key pages); then the FP8 decode
+# oracle tests (and the bf16 ones beside them) under the launch check.
+#   bash scripts/gpu/run_all.sh kernel-fp8-decode      (or alone: OUT=/some/dir bash docs/results/kernel-fp8-decode/reproduce.sh)
+set -u
+. scripts/gpu/lib.sh
+claim kernel-fp8-decode
+timeout $(( $(left) > 200 ? 200 : $(left) )) python3 benchmarks/kernel_serving_bench.py --out "$dest/grid" --parts decode \
+  --decode-impls ours,ours-fp8,ours-paged256,ours-fp8-paged256,sdpa --batches 1,16,64 --kv-lens 8192,32768 \
+  --flex-budget-s -1 > "$dest/grid.log" 2>&1
+echo "fp8 decode grid exit=$?"; stamp "fp8 decode grid"
+cuda_tests "$dest/tests.log" 150 tests/test_kernel_serving_cuda.py -k "kvcache"
