@@ -147,3 +147,24 @@ def test_a_sample_past_max_position_embeddings_is_one_line_and_exit_2(tmp_path, 
     assert rc == 2 and len(err) == 1, err
     assert flag in err[0] and "max_position_embeddings 8" in err[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_audit_impls_lists_a_third_party_kernel_rejected_with_its_reason_on_the_cpu(tmp_path, paths):
+    """`audit --model --impls` takes FA4 by name: on the CPU it cannot run, so its row says so (never `honours`)."""
+    rc = main(["audit", "--model", str(paths["mistral"]), "--seq", "8", "--device", "cpu", "--impls",
+               "eager,sdpa,flash-attn-4", "--out", str(tmp_path / "a")])
+    assert rc == 0
+    block = json.loads((tmp_path / "a" / "audit.json").read_text())["model"]["attention_features"]
+    text = json.dumps(block)
+    assert "flash-attn-4" in text and "kernel" not in [r.get("impl") for r in block.get("impls", [])]
+    md = (tmp_path / "a" / "audit.md").read_text()
+    assert "| flash-attn-4 |" in md and "| flash-attn-4 | honours |" not in md
+
+
+def test_audit_impls_without_model_or_with_phase_is_one_line_and_exit_2(tmp_path, paths, capsys):
+    assert main(["audit", "--impls", "eager", "--device", "cpu", "--out", str(tmp_path / "a")]) == 2
+    assert main(["audit", "--model", str(paths["mistral"]), "--phase", "prefill", "--impls", "eager", "--device",
+                 "cpu", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("--impls" in line for line in err), err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

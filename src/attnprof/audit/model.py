@@ -32,12 +32,14 @@ class ModelAudit:
 
 
 def audit_model(spec: str, *, device: str = "cpu", dtype: str = "fp32", batch: int = 2, seq: int = 64,
-                seed: int = 0) -> ModelAudit:
-    """One forward of `spec` (preset name or config.json) on a left-padded batch; which backend each layer got."""
+                seed: int = 0, impls: str | None = None) -> ModelAudit:
+    """One forward of `spec` (preset name or config.json) on a left-padded batch; which backend each layer got.
+    `impls`: the implementations whose feature verdicts are listed (default `AUDITED`; a third-party kernel by
+    name, e.g. flash-attn-4, is one through the registry adapter, `rejected` with its reason where it cannot run)."""
     from attnprof.models import load_config, padded_batch
     from attnprof.models.features import build, refusal_on_forward
 
-    features = _features(load_config(spec), device, seq)
+    features = _features(load_config(spec), device, seq, impls or AUDITED)
     model, refused = build(spec, "sdpa", dtype=dtype, device=device, seed=seed)
     if model is None:
         config = load_config(spec)
@@ -51,12 +53,12 @@ def audit_model(spec: str, *, device: str = "cpu", dtype: str = "fp32", batch: i
                       [] if said else list(calls), rejected=f"sdpa: {said[0]}" if said else None, features=features)
 
 
-AUDITED = "eager,sdpa,flex_attention,kernel"  # the implementations whose verdicts the audit shows
+AUDITED = "eager,sdpa,flex_attention,kernel"  # the implementations whose verdicts the audit shows by default
 
 
-def _features(config, device: str, seq: int) -> dict:
+def _features(config, device: str, seq: int, impls: str) -> dict:
     """The attention features block; flex is listed, not probed (its compile would dwarf the audit)."""
     from attnprof.models.attention import resolve_impls
     from attnprof.models.attention_features import attention_features
 
-    return attention_features(config, resolve_impls(AUDITED, device), seq=seq, flag="--seq")
+    return attention_features(config, resolve_impls(impls, device), seq=seq, flag="--seq")

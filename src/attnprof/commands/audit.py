@@ -22,6 +22,9 @@ def register(sub) -> None:
     p = sub.add_parser("audit", help="which SDPA backend really runs (envelope grid or a model's layers), and why",
                        description=__doc__)
     p.add_argument("--model", help="preset name or path to a config.json: audit its attention layers")
+    p.add_argument("--impls", default=None, help="with --model: the implementations whose handling of the model's "
+                   "softcap/window/sinks is listed (default eager,sdpa,flex_attention,kernel; a third-party kernel "
+                   "by name, e.g. flash-attn-4, through the registry adapter)")
     p.add_argument("--require", help=f"fail (exit 1) unless every call ran this: {', '.join(REQUIRE)}")
     p.add_argument("--head-dims", help="grid: comma-separated head dims (default: 64,128,256,59,96,320,512 on CUDA)")
     p.add_argument("--dtypes", help="grid: comma-separated dtypes, first is the base (default bf16,fp16,fp32 on CUDA)")
@@ -94,12 +97,17 @@ def run(args: argparse.Namespace) -> int:
         check_positions((args.seq or 64) + (args.new_tokens if generates else 0),
                         int(getattr(config, "max_position_embeddings", 0) or 0), args.model,
                         "--seq + --new-tokens" if generates else "--seq")
-    if args.phase is not None or args.measure or args.require == "measured" or args.pin:
+    phases = args.phase is not None or args.measure or args.require == "measured" or args.pin
+    if args.impls is not None and (not args.model or phases):
+        raise UsageError("--impls lists how a model's implementations handle its softcap/window/sinks: it takes "
+                         "--model, without --phase, --measure or --pin (those time SDPA's arms: --variants)")
+    if phases:
         from attnprof.commands.audit_phases import run_phases
 
         return run_phases(args)
     if args.variants is not None:
         raise UsageError("--variants adds arms to --measure (with --model); without it there is nothing to time")
+
     args.batch = 2 if args.batch is None else args.batch
     if args.batch <= 0 or args.heads <= 0 or (args.seq is not None and args.seq <= 0) or args.crosscheck < 0:
         raise UsageError("--batch, --heads, --seq must be positive and --crosscheck >= 0")
@@ -120,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[dim]building {args.model} from its config (random weights), one forward of a padded "
                   f"{args.batch}x{args.seq or 64} batch[/dim]")
         audit = audit_model(args.model, device=device, dtype=dtype, batch=args.batch, seq=args.seq or 64,
-                            seed=args.seed)
+                            seed=args.seed, impls=args.impls)
         records = audit.records
         rows = rows_from_records(records)
         if audit.rejected:  # the model class refused SDPA: one row that says so, in transformers' words
