@@ -5,6 +5,12 @@ Every consumer (profiling, audit, numerics, bench) takes the same `Workload` and
 q is `[B, Hq, Sq, D]`, k and v are `[B, Hkv, Sk, D]` (GQA when Hkv < Hq; query head h reads kv head
 h // (Hq // Hkv), the grouping of SDPA's `enable_gqa` and of transformers' `repeat_kv`).
 
+With `kv_dtype="fp8"` (e4m3; "fp8_e5m2") the keys and values are an FP8 KV cache: `Inputs.fp8` holds the cache as
+stored (x / descale, descales per (batch, kv head) in flash-attn's convention, each a power of two, so that the
+dequantised values are exact in the workload dtype) and the values before quantization; `Inputs.k`/`v` are the
+dequantised cache in the workload dtype: what a variant without an FP8 path reads after a dequantize step, and what
+the fp64 oracle takes. A variant with an FP8 path (our kernel's `flash_attn_with_kvcache`) reads the FP8 bytes.
+
 Causal means bottom-right aligned, as FlashAttention and every KV-cache decoder define it: query i sees keys
 j <= i + (Sk - Sq). With Sq == Sk that is the ordinary lower triangle; with Sq == 1 (decode) the query sees all
 keys. Rows that see no key at all (Sq > Sk, or left padding) must come out as zeros.
@@ -26,6 +32,10 @@ DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
     "fp64": torch.float64,
 }
+# FP8 KV cache formats (`Workload.kv_dtype`) and the torch dtype each is stored in
+KV_DTYPES: dict[str, torch.dtype] = {"fp8": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+KV_DTYPE_ALIASES = {"fp8_e4m3": "fp8", "e4m3": "fp8", "float8_e4m3fn": "fp8", "e5m2": "fp8_e5m2",
+                    "float8_e5m2": "fp8_e5m2"}
 DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
                  "float64": "fp64", "double": "fp64"}
 
@@ -35,6 +45,16 @@ def dtype_name(name: str) -> str:
     key = DTYPE_ALIASES.get(name.lower(), name.lower())
     if key not in DTYPES:
         raise UsageError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+    return key
+
+
+def kv_dtype_name(name: str | None) -> str | None:
+    """Canonical FP8 KV-cache format (`fp8` = e4m3, `fp8_e5m2`), None for none, or a UsageError."""
+    if name in (None, "", "none"):
+        return None
+    key = KV_DTYPE_ALIASES.get(name.lower(), name.lower())
+    if key not in KV_DTYPES:
+        raise UsageError(f"unknown KV-cache dtype {name!r}; choose one of {', '.join(KV_DTYPES)} (e4m3, e5m2)")
     return key
 
 
@@ -56,6 +76,30 @@ def resolve_device(name: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class Fp8KV:
+    """An FP8 KV cache as stored: k/v `[B, Hkv, Sk, D]` in an FP8 dtype holding x / descale, descales fp32
+    `[B, Hkv]`, and the keys/values before quantization (the workload dtype) for the lossy factor."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    k_descale: torch.Tensor
+    v_descale: torch.Tensor
+    k_orig: torch.Tensor
+    v_orig: torch.Tensor
+
+
+def quantize_kv(x: torch.Tensor, fmt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x `[B, H, S, D]` as an FP8 cache: (x8, descale `[B, H]` fp32, x8 · descale in x's dtype). Each descale is the
+    power of two that puts the (batch, head)'s largest |x| at or below the format's largest value, so the
+    dequantised values are exact in fp16/bf16/fp32."""
+    top = torch.finfo(fmt).max
+    amax = x.abs().amax(dim=(2, 3)).float().clamp_min(1e-30)
+    descale = torch.exp2(torch.ceil(torch.log2(amax / top)))
+    x8 = (x.float() / descale[:, :, None, None]).clamp(-top, top).to(fmt)
+    return x8, descale, (x8.float() * descale[:, :, None, None]).to(x.dtype)
+
+
+@dataclass(frozen=True)
 class Inputs:
     """Tensors for one attention call. q `[B, Hq, Sq, D]`, k/v `[B, Hkv, Sk, D]`.
 
@@ -71,6 +115,13 @@ class Inputs:
     scale: float
     attn_mask: torch.Tensor | None = None
     valid: torch.Tensor | None = None
+    fp8: Fp8KV | None = None  # an FP8 KV cache (`Workload.kv_dtype`): k/v above are its dequantised values
+
+    def unquantized(self) -> Inputs:
+        """These inputs with the keys/values before FP8 quantization (itself when there is no FP8 cache)."""
+        if self.fp8 is None:
+            return self
+        return dataclasses.replace(self, k=self.fp8.k_orig, v=self.fp8.v_orig, fp8=None)
 
 
 @dataclass(frozen=True)
@@ -87,9 +138,13 @@ class Workload:
     device: str = "cpu"
     # Non-contiguous inputs: q/k/v made as [B, S, H, D] and transposed to [B, H, S, D] views (as in most models).
     transposed: bool = False
+    kv_dtype: str | None = None  # "fp8" (e4m3) / "fp8_e5m2": the keys and values as an FP8 KV cache (see above)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        object.__setattr__(self, "kv_dtype", kv_dtype_name(self.kv_dtype))
+        if self.kv_dtype and self.dtype == "fp64":
+            raise UsageError("an FP8 KV cache takes fp16, bf16 or fp32 queries, not fp64")
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.kv_seq is None:
@@ -125,6 +180,8 @@ class Workload:
             parts.append(f"mask={self.mask}")
         if self.transposed:
             parts.append("strided")
+        if self.kv_dtype:
+            parts.append(f"kv={self.kv_dtype}")
         return " ".join(parts)
 
     def replace(self, **changes) -> Workload:
@@ -133,14 +190,15 @@ class Workload:
     def to_json(self) -> dict:
         return {"batch": self.batch, "heads": self.heads, "kv_heads": self.kv_heads, "seq": self.seq,
                 "kv_seq": self.kv_seq, "head_dim": self.head_dim, "dtype": self.dtype, "causal": self.causal,
-                "mask": self.mask, "device": self.device, "layout": "bhsd", "transposed": self.transposed}
+                "mask": self.mask, "device": self.device, "layout": "bhsd", "transposed": self.transposed,
+                **({"kv_dtype": self.kv_dtype} if self.kv_dtype else {})}
 
     def input_bytes(self) -> int:
         """Bytes of q, k, v and the output: the least any implementation must move."""
         elem = torch.empty((), dtype=self.torch_dtype).element_size()
         q_o = 2 * self.batch * self.heads * self.seq * self.head_dim
         kv = 2 * self.batch * self.kv_heads * self.kv_seq * self.head_dim
-        return (q_o + kv) * elem
+        return q_o * elem + kv * (1 if self.kv_dtype else elem)  # an FP8 cache: one byte per key/value element
 
     # -- masks ---------------------------------------------------------------------------------------------------
     def valid_lengths(self) -> list[int]:
@@ -190,8 +248,12 @@ class Workload:
             if self.mask == "additive":
                 attn_mask = torch.zeros(valid.shape, dtype=self.torch_dtype, device=self.device)
                 attn_mask.masked_fill_(~valid, float("-inf"))
+        fp8 = None
+        if self.kv_dtype:
+            (k8, kd, k_deq), (v8, vd, v_deq) = (quantize_kv(x, KV_DTYPES[self.kv_dtype]) for x in (k, v))
+            fp8, k, v = Fp8KV(k8, v8, kd, vd, k, v), k_deq, v_deq
         return Inputs(q=q, k=k, v=v, causal=self.causal and attn_mask is None, scale=self.scale,
-                      attn_mask=attn_mask, valid=valid)
+                      attn_mask=attn_mask, valid=valid, fp8=fp8)
 
 
 def check_runs_here(w: Workload) -> None:

@@ -164,7 +164,37 @@ def needs_hq_heads(q, k, v, *, causal, scale, attn_mask=None):
     return torch.softmax(scores, -1) @ v
 
 
+def _from_fp8(kv_cache, k_factor=1.0, v_descale=True):
+    """The dequantised keys/values of an FP8 cache (`workload.Fp8KV`), the key descale times `k_factor`, the value
+    descale applied or not."""
+    kd = kv_cache.k_descale[:, :, None, None] * k_factor
+    vd = kv_cache.v_descale[:, :, None, None] if v_descale else 1.0
+    return kv_cache.k.float() * kd, kv_cache.v.float() * vd
+
+
+def fp8_correct(q, k, v, *, causal, scale, attn_mask=None, kv_cache=None):
+    """Control for the FP8 mutants: reads the FP8 cache as stored, descales right (must pass)."""
+    if kv_cache is not None:
+        k, v = (t.to(q.dtype) for t in _from_fp8(kv_cache))
+    return _attend(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask)
+
+
+def fp8_k_descale_2x(q, k, v, *, causal, scale, attn_mask=None, kv_cache=None):
+    """An FP8 cache's key descale off by 2x (a per-tensor scale applied twice, a power of two lost)."""
+    if kv_cache is not None:
+        k, v = (t.to(q.dtype) for t in _from_fp8(kv_cache, k_factor=2.0))
+    return _attend(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask)
+
+
+def fp8_v_descale_ignored(q, k, v, *, causal, scale, attn_mask=None, kv_cache=None):
+    """An FP8 cache's value descale never applied (the output off by that factor)."""
+    if kv_cache is not None:
+        k, v = (t.to(q.dtype) for t in _from_fp8(kv_cache, v_descale=False))
+    return _attend(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask)
+
+
 MUTANTS = ("scale_off_1pct", "off_by_1e6", "scale_1_over_d", "causal_off_by_one", "causal_top_left", "padded_rows_nan",
            "padded_rows_mean", "padding_ignored", "bool_mask_as_bias", "gqa_tiled", "half_accumulator",
            "last_key_dropped")
 SHAPE_ERRORS = ("wrong_layout", "wrong_signature")
+FP8_MUTANTS = ("fp8_k_descale_2x", "fp8_v_descale_ignored")  # with --kv-dtype fp8; fp8_correct is their control

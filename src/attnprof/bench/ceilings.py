@@ -1,11 +1,12 @@
 """This machine's own limits: the matmul rate and the copy bandwidth it really reaches, measured, never guessed.
 
 A datasheet peak is a promise made under conditions nobody runs at (boost clocks, sparsity, an ideal tile). So
-every "% of peak" this tool prints is against what *this* device measured: a large square matmul per dtype and a
-large device-to-device copy, each on buffers rotated between repetitions (so no rep is served from cache),
-median of many. The result is cached per device name and software versions (a new driver or torch can move
-both), in `$ATTNPROF_CACHE_DIR` or `$XDG_CACHE_HOME/attnprof` (`~/.cache/attnprof`). A device with no cached
-measurement has *unknown* ceilings: commands print "unknown", never a number from a table.
+every "% of peak" this tool prints is against what *this* device measured: a large square matmul per dtype (FP8
+too, where the GPU has FP8 tensor cores) and a large device-to-device copy, each on buffers rotated between
+repetitions (so no rep is served from cache), median of many. The result is cached per device name and software
+versions (a new driver or torch can move both), in `$ATTNPROF_CACHE_DIR` or `$XDG_CACHE_HOME/attnprof`
+(`~/.cache/attnprof`). A device with no cached measurement has *unknown* ceilings: commands print "unknown", never a
+number from a table.
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ SCHEMA = "attnprof.ceilings/1"
 
 # Square matmul side per dtype and copy size per device kind: large enough to reach the plateau, small enough to be
 # quick (a CPU without bf16/fp16 units runs those matmuls ~100x slower than fp32, hence the smaller side there).
-SIZES = {"cuda": {"matmul": {"bf16": 8192, "fp16": 8192, "fp32": 8192}, "copy_mib": 1024},
+# No fp8 side on the CPU: it is refused there before any size is read (`fp8_refusal`).
+SIZES = {"cuda": {"matmul": {"bf16": 8192, "fp16": 8192, "fp32": 8192, "fp8": 8192}, "copy_mib": 1024},
          "cpu": {"matmul": {"bf16": 512, "fp16": 512, "fp32": 1024}, "copy_mib": 64}}
 ROTATE = 3  # buffer sets cycled between repetitions
-MATMUL_DTYPES = ("bf16", "fp16", "fp32")
+MATMUL_DTYPES = ("bf16", "fp16", "fp32", "fp8")  # fp8: e4m3 × e4m3 → bf16 through torch._scaled_mm
+FP8_CAPABILITY = (8, 9)  # Ada and Hopper (9.0) onwards: the first GPUs with FP8 tensor cores
+FP8_METHOD = ("e4m3 × e4m3 → bf16 through torch._scaled_mm, per-tensor scales 1.0, fp32 accumulation "
+              "(use_fast_accum off), the second operand column-major as cuBLASLt needs")
 
 
 @dataclass(frozen=True)
@@ -115,19 +120,48 @@ def store(ceilings: Ceilings) -> Path:
     return write_json(path, {"schema": SCHEMA, "entries": entries})
 
 
+def fp8_refusal(device: str) -> str | None:
+    """Why no FP8 matmul ceiling can be measured on `device`, or None when it can. Decided from the device, before
+    any fp8 work: the CPU's `torch._scaled_mm` is a slow emulation (no rate of FP8 hardware, and seconds to find out),
+    and a GPU older than 8.9 has no FP8 tensor cores for it to reach."""
+    if not device.startswith("cuda"):
+        return f"FP8 matmul needs a CUDA GPU of compute capability 8.9 or newer (torch._scaled_mm); this is {device}"
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return f"FP8 matmul needs torch._scaled_mm and torch.float8_e4m3fn; torch {torch.__version__} lacks them"
+    major, minor = torch.cuda.get_device_capability(torch.device(device))
+    if (major, minor) < FP8_CAPABILITY:
+        return (f"FP8 matmul needs a CUDA GPU of compute capability 8.9 or newer (torch._scaled_mm); "
+                f"this one is {major}.{minor}")
+    return None
+
+
 def measure_matmul(device: str, dtype: str, n: int, *, reps: int, warmup: int) -> float:
-    """TFLOP/s of `n×n @ n×n` (2·n³ FLOPs), median over `reps`, cycling `ROTATE` input pairs."""
-    dt = DTYPES[dtype]
+    """TFLOP/s of `n×n @ n×n` (2·n³ FLOPs), median over `reps`, cycling `ROTATE` input pairs. `fp8` is `FP8_METHOD`
+    (`fp8_refusal` says where that cannot run; this does not ask, it tries)."""
     # random normal, made on the device (zeros would draw less power and flatter the clock)
-    pairs = [(torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt))
-             for _ in range(ROTATE)]
-    outs = [torch.empty(n, n, dtype=dt, device=device) for _ in range(ROTATE)]
+    if dtype == "fp8":
+        e4m3, one = torch.float8_e4m3fn, torch.tensor(1.0, device=device)
+        # b = x.t() of a contiguous x: the column-major second operand _scaled_mm takes
+        pairs = [(torch.randn(n, n, device=device).to(e4m3), torch.randn(n, n, device=device).to(e4m3).t())
+                 for _ in range(ROTATE)]
+        outs = [torch.empty(n, n, dtype=torch.bfloat16, device=device) for _ in range(ROTATE)]
+
+        def mul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+            torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=False, out=out)
+    else:
+        dt = DTYPES[dtype]
+        pairs = [(torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt))
+                 for _ in range(ROTATE)]
+        outs = [torch.empty(n, n, dtype=dt, device=device) for _ in range(ROTATE)]
+
+        def mul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+            torch.matmul(a, b, out=out)
     step = [0]
 
     def call() -> None:
         i = step[0] % ROTATE
         step[0] += 1
-        torch.matmul(pairs[i][0], pairs[i][1], out=outs[i])
+        mul(pairs[i][0], pairs[i][1], outs[i])
 
     timing = time_call(call, device, warmup=warmup, reps=reps)
     return 2.0 * n ** 3 / (timing.p50 * 1e-3) / 1e12
@@ -160,12 +194,17 @@ def measure_ceilings(device: str, *, matmul_n: int | None = None, copy_mib: int 
     unknown: dict[str, str] = {}
     sides: dict[str, int] = {}
     for dtype in MATMUL_DTYPES:
+        refused = fp8_refusal(device) if dtype == "fp8" else None
+        if refused:
+            unknown[f"matmul_{dtype}"] = refused
+            continue
         n = sides[dtype] = matmul_n or SIZES[kind]["matmul"][dtype]
         if progress:
             progress(f"matmul {n}³ {dtype}")
         try:
             rates[dtype] = measure_matmul(device, dtype, n, reps=reps, warmup=warmup)
-        except RuntimeError as exc:  # e.g. no fp16 matmul in this CPU build, or no bf16 on an old GPU
+        # e.g. no fp16 matmul in this CPU build, no bf16 on an old GPU, a torch whose _scaled_mm wants other arguments
+        except (RuntimeError, TypeError, ValueError) as exc:
             unknown[f"matmul_{dtype}"] = first_line(exc, typed=False)
         finally:
             if kind == "cuda":
@@ -178,7 +217,8 @@ def measure_ceilings(device: str, *, matmul_n: int | None = None, copy_mib: int 
               "copy": f"{mib} MiB device-to-device copy_, bytes read + written, {ROTATE} rotated buffer pairs, "
                       f"median of {reps}",
               "fp32": "TF32 off" if kind == "cuda" and not torch.backends.cuda.matmul.allow_tf32 else
-                      ("TF32 on" if kind == "cuda" else "plain fp32")}
+                      ("TF32 on" if kind == "cuda" else "plain fp32"),
+              "fp8": FP8_METHOD}
     return Ceilings(device=device_name(device), key=cache_key(device), matmul_tflops=rates, copy_gbps=copy,
                     unknown=unknown, method=method, provenance=provenance(device))
 

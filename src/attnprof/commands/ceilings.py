@@ -1,4 +1,5 @@
-"""`attnprof ceilings`: measure this device's matmul rate and copy bandwidth once, cache them, print them.
+"""`attnprof ceilings`: measure this device's matmul rates (bf16, fp16, fp32, fp8) and copy bandwidth once, cache
+them, print them.
 
 Every other command reads the cached numbers to say "% of measured peak"; without them it says "unknown".
 """
@@ -23,7 +24,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from attnprof.bench.ceilings import cache_key, cache_path, get_ceilings, measure_ceilings, store
+    from attnprof.bench.ceilings import MATMUL_DTYPES, cache_key, cache_path, get_ceilings, measure_ceilings, store
     from attnprof.files import write_json
     from attnprof.report.render import WIDTH, err, fmt, out, say
     from attnprof.workload import resolve_device
@@ -50,11 +51,12 @@ def run(args: argparse.Namespace) -> int:
     table = Table(title=f"measured ceilings: {found.key}", caption=source, caption_justify="left")
     for h in ("what", "measured", "how"):
         table.add_column(h, overflow="fold")
-    for dtype in ("bf16", "fp16", "fp32"):
+    for dtype in MATMUL_DTYPES:
         rate = found.matmul(dtype)
-        how = found.method.get("matmul", "") + (f" ({found.method.get('fp32')})" if dtype == "fp32" else "")
+        note = found.method.get(dtype) if dtype in ("fp32", "fp8") else None  # TF32 on/off; how fp8 is multiplied
+        how = found.method.get("matmul", "") + (f" ({note})" if note else "")
         table.add_row(f"{dtype} matmul", f"{fmt(rate, '.4g')} TFLOP/s" if rate is not None else
-                      f"unknown: {found.unknown.get('matmul_' + dtype, 'not measured')}", how)
+                      f"unknown: {found.unknown.get('matmul_' + dtype, 'not measured (--remeasure measures it)')}", how)
     table.add_row("copy bandwidth", f"{fmt(found.copy_gbps, '.4g')} GB/s" if found.copy_gbps else "unknown",
                   found.method.get("copy", ""))
     out.print(table, width=WIDTH)  # 80 columns: the "how" cells wrap

@@ -35,6 +35,10 @@ def register(sub) -> None:
     g.add_argument("--masked-rows", choices=("zeros", "report"), default="zeros",
                    help="rows that see no key: must be zeros (default) or only reported")
     g.add_argument("--cases", help="comma-separated subset of the default cases (see docs/verify.md)")
+    g.add_argument("--kv-dtype", default=None, metavar="fp8|fp8_e5m2",
+                   help="kernel level: the keys and values as an FP8 KV cache (e4m3 or e5m2, power-of-two descales "
+                        "per batch and kv head); the kernel reads it through flash_attn_with_kvcache, other variants "
+                        "get it dequantised; adds what the cache costs (× a 16-bit cache's error)")
     p.add_argument("--wide", action="store_true", help="every column in the terminal tables (default: 80 columns)")
     m = p.add_argument_group("model level")
     m.add_argument("--model", help="model preset (tiny-llama, tiny-qwen, llama-1b, …) or a config.json path")
@@ -104,6 +108,14 @@ def _run(args: argparse.Namespace, executor) -> int:
         raise UsageError(f"--level {level} needs --model PRESET")
     if args.k <= 0:
         raise UsageError("--k must be positive")
+    from attnprof.workload import kv_dtype_name
+
+    args.kv_dtype = kv_dtype_name(args.kv_dtype)
+    if args.kv_dtype and level != "kernel":
+        raise UsageError(f"--kv-dtype {args.kv_dtype} is built for the kernel level only: an FP8 KV cache in the "
+                         "model level (--model) is not built yet; use --level kernel")
+    if args.kv_dtype and "fp64" in dtypes:
+        raise UsageError("--kv-dtype takes fp16, bf16 or fp32 queries (--dtype), not fp64")
     if args.model:
         from attnprof.memory_fit import check_model_fits
         from attnprof.models import load_config
@@ -169,8 +181,11 @@ def _cases(args, device: str, dtype: str):
         from attnprof.memory_fit import check_workload_fits
 
         check_workload_fits(workload)
-        return [Case("given", workload, why)]
-    return cases_for(device, dtype, args.cases)
+        cases = [Case("given", workload, why)]
+    else:
+        cases = cases_for(device, dtype, args.cases)
+    kv = getattr(args, "kv_dtype", None)
+    return [Case(c.name, c.workload.replace(kv_dtype=kv), c.why) for c in cases] if kv else cases
 
 
 def _kernel_level(args, device: str, dtypes: list[str], seed: int, rule, executor=None):

@@ -52,10 +52,14 @@ class CaseResult:
     agreement: Agreement | None = None
     verdict: Verdict | None = None
     hint: str | None = None  # what the error pattern looks like (diagnose.py), on failures
+    # An FP8 KV cache: the error against the fp64 oracle of the keys/values *before* quantization, over plain
+    # PyTorch's error in the same dtype on those unquantized inputs: what the FP8 cache costs, as a multiple of a
+    # 16-bit cache's error (`lossy_factor`)
+    lossy_factor: float | None = None
 
     def to_json(self) -> dict:
         return {"case": self.case, "dtype": self.dtype, "variant": self.variant, "status": self.status,
-                "reason": self.reason, "hint": self.hint,
+                "reason": self.reason, "hint": self.hint, "lossy_factor": self.lossy_factor,
                 "agreement": self.agreement.to_json() if self.agreement else None,
                 "verdict": self.verdict.to_json() if self.verdict else None}
 
@@ -89,6 +93,7 @@ def verify_case(case: Case, variants: Sequence[Variant], *, seed: int, rule: Rul
     inputs = w.make_inputs(seed)
     ref = Reference.of(inputs, scale=True)  # fp64 [B, Hq, Sq, D], valid rows, ∂out/∂log(scale)
     gate = Gate.of(inputs, ref, w.dtype, rule)
+    lossy = _LossyFactor.of(inputs, w.dtype, rule)  # None without an FP8 KV cache
     results = []
     for variant in variants:
         with recompile_limit_hits():
@@ -116,8 +121,32 @@ def verify_case(case: Case, variants: Sequence[Variant], *, seed: int, rule: Rul
                                 ref.direction)
         text = _join("; ".join(verdict.reasons + verdict.warnings) or None, unfused)
         results.append(CaseResult(case.name, w.dtype, name, status, reason=text, agreement=r.agreement,
-                                  verdict=verdict, hint=hint))
+                                  verdict=verdict, hint=hint,
+                                  lossy_factor=lossy.factor(r.output) if lossy and r.output is not None else None))
     return CaseRun(case=case, seed=seed, baseline=gate.baseline, results=tuple(results))
+
+
+@dataclass(frozen=True)
+class _LossyFactor:
+    """What an FP8 KV cache costs: errors against the fp64 oracle of the unquantized keys/values, in units of plain
+    PyTorch's error in the same dtype on those unquantized inputs (a 16-bit cache's). The gate itself judges each
+    variant against the oracle of the dequantised cache it was given; this says how far that cache is from the
+    model's real keys and values."""
+
+    ref: Reference
+    unit: float
+
+    @classmethod
+    def of(cls, inputs, dtype: str, rule: Rule) -> _LossyFactor | None:
+        if inputs.fp8 is None:
+            return None
+        plain = inputs.unquantized()
+        ref = Reference.of(plain)
+        return cls(ref, Gate.of(plain, ref, dtype, rule).baseline.norm_rel)
+
+    def factor(self, out) -> float:
+        err = self.ref.compare(out, "fp64").norm_rel
+        return err / self.unit if self.unit > 0 else float("inf")
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,33 @@ def compact_kernel_tables(runs: list[CaseRun], dtype: str) -> None:
         out.print(compact_table("", block_headers, block_rows, right=tuple(block_headers[1:])))
 
 
+def lossy_rows(runs: list[CaseRun], dtype: str) -> tuple[list[str], list[list[str]]] | None:
+    """An FP8 KV cache's cost per variant and case: error against the fp64 oracle of the unquantized keys/values,
+    as a multiple of plain PyTorch's error on them in `dtype` (a 16-bit cache's); None without an FP8 cache."""
+    mine = [r for r in runs if r.case.workload.dtype == dtype and r.case.workload.kv_dtype]
+    if not mine:
+        return None
+    names = list(dict.fromkeys(r.variant for run in mine for r in run.results if r.lossy_factor is not None))
+    if not names:
+        return None
+    rows = [[name, *[next((f"{r.lossy_factor:.1f}×" for r in run.results
+                           if r.variant == name and r.lossy_factor is not None), "") for run in mine]]
+            for name in names]
+    return ["variant", *(run.case.name for run in mine)], rows
+
+
+def print_lossy(runs: list[CaseRun], dtype: str) -> None:
+    table = lossy_rows(runs, dtype)
+    if table is None:
+        return
+    fmt = next(r.case.workload.kv_dtype for r in runs if r.case.workload.kv_dtype)
+    say(f"{fmt} KV cache, {dtype}: error vs the fp64 oracle of the unquantized keys/values, × plain PyTorch {dtype}'s "
+        "on them (what the cache costs; the gate above judges each against its dequantised cache)", style="bold")
+    headers, rows = table
+    for block_headers, block_rows in column_blocks(headers, rows):
+        out.print(compact_table("", block_headers, block_rows, right=tuple(block_headers[1:])))
+
+
 def print_model_level(model: dict, *, wide: bool = False) -> None:
     """The model level's table (its title a sentence above it by default) and, below it, each reason of a row that
     did not pass, once per implementation and reason (a refusal in transformers' words included)."""
@@ -154,6 +181,7 @@ def markdown(data: dict, command: str) -> str:
             lines += ["", "Plain PyTorch baseline (max abs / norm-rel): " + ", ".join(
                 f"{c['name']} {c['baseline']['max_abs']:.1e}/{c['baseline']['norm_rel']:.1e}" for c in cases
                 if c["baseline"]), ""]
+            lines += _lossy_md(cases, dtype)
         lines += ["Cases: " + "; ".join(f"**{c['name']}** {c['why']}" for c in kernel["cases"]
                                         if c["workload"]["dtype"] == kernel["dtypes"][0]), ""]
         lines += _issues_md(kernel["summary"])
@@ -177,6 +205,24 @@ def markdown(data: dict, command: str) -> str:
 
         lines += features_markdown(model.get("attention_features"))
     return "\n".join(lines) + "\n"
+
+
+def _lossy_md(cases: list[dict], dtype: str) -> list[str]:
+    """The FP8 KV cache's cost table (see `lossy_rows`), when the cases had one."""
+    fmt = next((c["workload"].get("kv_dtype") for c in cases if c["workload"].get("kv_dtype")), None)
+    if fmt is None:
+        return []
+    names = list(dict.fromkeys(r["variant"] for c in cases for r in c["results"] if r.get("lossy_factor") is not None))
+    lines = [f"{fmt} KV cache: the keys and values were an FP8 cache (x / descale, power-of-two descales per (batch, "
+             "kv head)); variants without an FP8 path were given it dequantised, and the gate above judges each "
+             "against the fp64 oracle of that dequantised cache. What the cache costs: the error against the oracle "
+             f"of the unquantized keys/values, × plain PyTorch {dtype}'s error on them (a 16-bit cache's).", "",
+             "| variant | " + " | ".join(c["name"] for c in cases) + " |", "| --- |" + " ---: |" * len(cases)]
+    for name in names:
+        cells = [next((f"{r['lossy_factor']:.1f}×" for r in c["results"]
+                       if r["variant"] == name and r.get("lossy_factor") is not None), "") for c in cases]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def _md_cell(r: dict | None) -> str:
@@ -227,6 +273,8 @@ def print_kernel_level(level: dict, runs: list[CaseRun], *, wide: bool = False) 
     else:
         for d in level["dtypes"]:
             compact_kernel_tables(runs, d)
+    for d in level["dtypes"]:
+        print_lossy(runs, d)
     for name, s in level["summary"].items():
         if s["status"] == "fail":
             f = s["failures"][0]

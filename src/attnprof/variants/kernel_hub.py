@@ -16,6 +16,7 @@ kernel's `flash_attn_varlen_func` (`kernel_padded.py`: unpad, run, scatter back)
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from dataclasses import dataclass
@@ -163,6 +164,8 @@ def supports(workload: Workload, spec: KernelSpec = DEFAULT) -> Support:
         return Rejected("kernel: this kernel module was loaded without Triton's interpreter and cannot run on "
                         "the CPU (TRITON_INTERPRET=1 must be set before the kernel is loaded)")
     note = "" if head_dims is not None else "head-dim and dtype limits are the kernel's own"
+    if workload.kv_dtype:
+        return _fp8_support(workload, module, spec, on_cpu, note)
     if workload.mask != "none":
         if not callable(getattr(module, "flash_attn_varlen_func", None)):
             return Rejected(f"kernel: {spec.label()} has no flash_attn_varlen_func, and flash_attn_func takes no mask "
@@ -174,11 +177,47 @@ def supports(workload: Workload, spec: KernelSpec = DEFAULT) -> Support:
     return Accepted(note)
 
 
+def _fp8_support(workload: Workload, module, spec: KernelSpec, on_cpu: bool, note: str) -> Support:
+    """An FP8 KV cache reaches a kernel through `flash_attn_with_kvcache` with flash-attn's descales (the whole cache
+    as each sequence's keys); without that entry point the kernel has no FP8 path, which is a rejection, never a
+    silent bf16 run."""
+    if not _takes_descales(getattr(module, "flash_attn_with_kvcache", None)):
+        return Rejected(f"kernel: {spec.label()} has no flash_attn_with_kvcache taking k_descale/v_descale: no FP8 "
+                        "KV-cache path")
+    if workload.mask != "none":
+        return Rejected(f"kernel: an FP8 KV cache goes through flash_attn_with_kvcache, which takes no "
+                        f"mask={workload.mask} here (padding is each sequence's cache length)")
+    if on_cpu and workload.dtype == "bf16":
+        return Rejected("kernel: flash_attn_with_kvcache refuses bf16 under Triton's interpreter (it gets bf16 "
+                        "tl.dot wrong); use fp16 on the CPU, or a GPU")
+    if workload.dtype == "fp32":
+        return Rejected("kernel: an FP8 KV cache with fp32 queries: flash_attn_with_kvcache takes fp16 or bf16")
+    return Accepted("; ".join(filter(None, [note, f"reads the {workload.kv_dtype} cache through "
+                                                  "flash_attn_with_kvcache (k_descale, v_descale)"])))
+
+
+def _takes_descales(fn) -> bool:
+    if not callable(fn):
+        return False
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "k_descale" in params and "v_descale" in params
+
+
 def kernel_attention(inputs: Inputs, spec: KernelSpec = DEFAULT) -> torch.Tensor:
-    """`[B, H, S, D]` in and out; the kernel itself sees `[B, S, H, D]`."""
+    """`[B, H, S, D]` in and out; the kernel itself sees `[B, S, H, D]`. An FP8 KV cache (`inputs.fp8`) goes
+    through `flash_attn_with_kvcache` over the whole cache with its descales."""
     module = load(spec)
     if isinstance(module, Rejected):
         raise RuntimeError(module.reason)
+    if inputs.fp8 is not None:
+        c = inputs.fp8
+        q, k8, v8 = (t.transpose(1, 2) for t in (inputs.q, c.k, c.v))  # [B, S, H, D] views
+        out = module.flash_attn_with_kvcache(q, k8, v8, softmax_scale=inputs.scale, causal=inputs.causal,
+                                             k_descale=c.k_descale, v_descale=c.v_descale)
+        return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)
     if inputs.attn_mask is not None:  # padding: the varlen form over each sequence's key range
         return padded_attention(module, inputs.q, inputs.k, inputs.v, inputs.attn_mask, inputs.scale)
     # [B, H, S, D] -> [B, S, H, D], flash-attn's layout, as views. A kernel that declares `ACCEPTS_STRIDED`

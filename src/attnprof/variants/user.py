@@ -5,6 +5,9 @@ repeated for the function. `gqa_convention` says so in one sentence; commands pr
 variant's `supports` carries it as its note, and a function that raises on such a call gets that sentence in front
 of its error (`GQAConventionError`), so the likely cause is named where the failure is. A function that also accepts `attn_mask=` is given the workload's mask
 (bool, True = attend; or additive float) and `causal=False`; one that does not is rejected for masked workloads.
+A function with a `kv_cache=` parameter is given, when the workload's keys and values are an FP8 KV cache
+(`--kv-dtype`), the cache as stored (`workload.Fp8KV`: FP8 k/v `[B, Hkv, Sk, D]`, fp32 descales `[B, Hkv]`), so a
+user's FP8 kernel reads the FP8 bytes; k/v are then the dequantised cache, what any other function gets.
 The output must be `[B, Hq, Sq, D]`: anything else (`None` included) is that function's `error` row, naming what it
 returned and the shape expected (`base.check_output`, at every call site: `run()` and the model adapter). A function
 that calls `sys.exit` is an `error` row too ("raised SystemExit(5)"), never the tool's exit; Ctrl-C still stops the run.
@@ -55,6 +58,7 @@ def load_user_variant(spec: str) -> Variant:
     if not callable(fn):
         raise UsageError(f"variant {spec!r} is not callable")
     takes_mask = _check_signature(spec, fn)
+    takes_cache = _takes_kv_cache(fn)
 
     def run(inputs: Inputs) -> torch.Tensor:
         try:
@@ -66,6 +70,8 @@ def load_user_variant(spec: str) -> Variant:
         kwargs = {"causal": inputs.causal, "scale": inputs.scale}
         if inputs.attn_mask is not None:
             kwargs["attn_mask"] = inputs.attn_mask
+        if inputs.fp8 is not None and takes_cache:
+            kwargs["kv_cache"] = inputs.fp8
         heads, kv_heads = inputs.q.shape[1], inputs.k.shape[1]
         if heads == kv_heads:
             return fn(inputs.q, inputs.k, inputs.v, **kwargs)
@@ -85,6 +91,14 @@ def load_user_variant(spec: str) -> Variant:
     return Variant(name=spec, fn=run, supports=supports, family="user",
                    description=(inspect.getdoc(fn) or "user function").splitlines()[0],
                    recipe=(load_user_variant, (spec,)))
+
+
+def _takes_kv_cache(fn) -> bool:
+    """Whether fn names a `kv_cache` parameter (the FP8 cache as stored; see the module docstring)."""
+    try:
+        return "kv_cache" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _check_signature(spec: str, fn) -> bool:

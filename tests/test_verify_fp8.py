@@ -1,0 +1,112 @@
+"""`attnprof verify --kv-dtype fp8`: the keys and values as an FP8 KV cache, on the CPU.
+
+The gate judges each variant against the fp64 oracle of the dequantised cache it was given (a wrong descale is a
+failure, whatever the format's own rounding), and each row also says what the cache costs: its error against the
+oracle of the unquantized keys/values, as a multiple of plain PyTorch's error on those (`lossy_factor`). Our kernel
+reads the FP8 bytes through `flash_attn_with_kvcache` (Triton's interpreter, in a child process); user functions
+with a `kv_cache=` parameter get the cache as stored (`tests.broken:fp8_*`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnprof.cli import main
+from attnprof.errors import UsageError
+from attnprof.workload import Workload, quantize_kv
+
+ROOT = Path(__file__).resolve().parents[1]
+BROKEN = ("tests.broken:fp8_k_descale_2x", "tests.broken:fp8_v_descale_ignored")
+
+
+def test_quantized_cache_is_exact_in_the_workload_dtype_and_within_the_format():
+    w = Workload(batch=2, heads=4, kv_heads=2, seq=16, head_dim=64, dtype="fp16", kv_dtype="e4m3")
+    assert w.kv_dtype == "fp8" and "kv=fp8" in w.label() and w.to_json()["kv_dtype"] == "fp8"
+    i = w.make_inputs(0)
+    c = i.fp8
+    assert c.k.dtype == torch.float8_e4m3fn and c.k_descale.shape == (2, 2)
+    assert torch.equal(torch.exp2(torch.log2(c.k_descale).round()), c.k_descale)  # powers of two
+    exact = c.k.double() * c.k_descale.double()[:, :, None, None]
+    assert torch.equal(i.k.double(), exact)  # the dequantised values the oracle and the variants get: exact
+    assert c.k.float().abs().amax() <= 448 and c.k.float().abs().amax() > 224  # the range is used, not wasted
+    err = ((i.k - c.k_orig).double().norm() / c.k_orig.double().norm()).item()
+    assert 0.005 < err < 0.05  # e4m3's 3 mantissa bits: a few percent, and not zero (it was quantized)
+    assert i.unquantized().k is c.k_orig and i.unquantized().fp8 is None
+    plain = w.replace(kv_dtype=None)
+    assert w.input_bytes() < plain.input_bytes()  # one byte per cached element
+
+
+def test_e5m2_and_bad_kv_dtypes():
+    c = Workload(seq=8, dtype="bf16", kv_dtype="fp8_e5m2").make_inputs(1).fp8
+    assert c.v.dtype == torch.float8_e5m2
+    x = torch.tensor([960.0, -1000.0, 3.0, 0.0]).view(1, 1, 1, 4)
+    x8, d, deq = quantize_kv(x, torch.float8_e4m3fn)
+    assert d.item() == 4.0  # the power of two that brings 1000 under 448
+    assert deq.flatten().tolist() == [960.0, -1024.0, 3.0, 0.0]  # 240·4 exact; 250 rounds to 256 (e4m3's grid)
+    with pytest.raises(UsageError, match="unknown KV-cache dtype 'fp7'"):
+        Workload(kv_dtype="fp7")
+    with pytest.raises(UsageError, match="not fp64"):
+        Workload(dtype="fp64", kv_dtype="fp8")
+
+
+def test_a_wrong_descale_fails_the_gate_and_the_cost_is_reported(tmp_path, capsys):
+    out = tmp_path / "v"
+    rc = main(["verify", "--device", "cpu", "--dtype", "fp16", "--kv-dtype", "fp8", "--cases", "decode,gqa",
+               "--variants", ",".join(["sdpa", "tests.broken:fp8_correct", *BROKEN]), "--seed", "3",
+               "--out", str(out)])
+    assert rc == 1  # the broken descales fail
+    data = json.loads((out / "verify.json").read_text())
+    summary = data["kernel"]["summary"]
+    assert summary["sdpa"]["status"] == "pass" and summary["tests.broken:fp8_correct"]["status"] == "pass"
+    for name in BROKEN:
+        assert summary[name]["status"] == "fail", name
+    assert all(c["workload"]["kv_dtype"] == "fp8" for c in data["kernel"]["cases"])
+    sdpa = [r for c in data["kernel"]["cases"] for r in c["results"] if r["variant"] == "sdpa"]
+    assert all(r["lossy_factor"] > 5 for r in sdpa), [r["lossy_factor"] for r in sdpa]  # e4m3 costs >> fp16
+    md = (out / "verify.md").read_text()
+    assert "fp8 KV cache" in md and "× plain PyTorch fp16" in md
+    assert "fp8 KV cache, fp16" in capsys.readouterr().out
+
+
+def test_without_the_flag_nothing_is_quantized(tmp_path):
+    rc = main(["verify", "--device", "cpu", "--dtype", "fp16", "--cases", "gqa", "--variants",
+               "sdpa,tests.broken:fp8_correct", "--seed", "3", "--out", str(tmp_path / "v")])
+    data = json.loads((tmp_path / "v" / "verify.json").read_text())
+    assert rc == 0 and all(r["lossy_factor"] is None for c in data["kernel"]["cases"] for r in c["results"])
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--kv-dtype", "fp7"], "unknown KV-cache dtype 'fp7'"),
+    (["--kv-dtype", "fp8", "--model", "tiny-llama"], "kernel level only"),
+    (["--kv-dtype", "fp8", "--dtype", "fp64"], "not fp64"),
+])
+def test_bad_kv_dtype_use_is_one_line_and_exit_2(tmp_path, capsys, argv, words):
+    assert main(["verify", "--device", "cpu", *argv, "--out", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "v").exists()
+
+
+def test_the_kernel_reads_the_fp8_cache_and_passes(tmp_path):
+    """Our kernel (Triton's interpreter, in a child: the kernel module must load with it on) over the FP8 cache:
+    within the gate of its dequantised cache, its cost reported; bf16 is refused there with the reason."""
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "attnprof", "verify", "--device", "cpu", "--dtype", "fp16,bf16",
+                           "--kv-dtype", "fp8", "--cases", "decode,chunk", "--variants", "kernel", "--seed", "5",
+                           "--out", str(tmp_path / "v")], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads((tmp_path / "v" / "verify.json").read_text())
+    rows = {(c["name"], c["workload"]["dtype"]): r for c in data["kernel"]["cases"] for r in c["results"]}
+    for case in ("decode", "chunk"):
+        r = rows[(case, "fp16")]
+        assert r["status"] == "pass" and r["lossy_factor"] > 5, r
+        assert rows[(case, "bf16")]["status"] == "rejected"
+        assert "interpreter" in rows[(case, "bf16")]["reason"]
