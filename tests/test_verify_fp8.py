@@ -84,7 +84,6 @@ def test_without_the_flag_nothing_is_quantized(tmp_path):
 
 @pytest.mark.parametrize("argv, words", [
     (["--kv-dtype", "fp7"], "unknown KV-cache dtype 'fp7'"),
-    (["--kv-dtype", "fp8", "--model", "tiny-llama"], "kernel level only"),
     (["--kv-dtype", "fp8", "--dtype", "fp64"], "not fp64"),
 ])
 def test_bad_kv_dtype_use_is_one_line_and_exit_2(tmp_path, capsys, argv, words):
@@ -110,3 +109,21 @@ def test_the_kernel_reads_the_fp8_cache_and_passes(tmp_path):
         assert r["status"] == "pass" and r["lossy_factor"] > 5, r
         assert rows[(case, "bf16")]["status"] == "rejected"
         assert "interpreter" in rows[(case, "bf16")]["reason"]
+
+
+def test_model_level_over_an_fp8_cache_gates_each_implementation_and_says_what_it_costs(tmp_path, capsys):
+    rc = main(["verify", "--device", "cpu", "--model", "tiny-llama", "--dtype", "fp32,bf16", "--kv-dtype", "fp8",
+               "--impls", "eager,sdpa", "--seed", "2", "--out", str(tmp_path / "v")])
+    assert rc == 0
+    model = json.loads((tmp_path / "v" / "verify.json").read_text())["model"]
+    rows = {(r["impl"], r["dtype"]): r for r in model["results"]}
+    for dtype in ("fp32", "bf16"):
+        assert rows[("sdpa (kv fp8)", dtype)]["status"] == "pass"
+        assert rows[("eager (kv fp8)", dtype)]["status"] == "baseline"
+        cost = model["fp8_cost"][dtype]
+        assert cost["kl_mean"] > 1e-7 and cost["max_abs"] > 1e-3  # the cache does move the logits
+        assert cost["tokens"] == 8
+    # the FP8 rows are further from the 16-bit model than bf16 rounding alone moves it
+    assert model["fp8_cost"]["fp32"]["kl_mean"] > rows[("eager", "bf16")]["agreement"]["kl_mean"]
+    assert model["kv_dtype"] == "fp8" and "fp8 KV cache costs tiny-llama" in capsys.readouterr().out
+    assert "(kv fp8)" in (tmp_path / "v" / "verify.md").read_text()

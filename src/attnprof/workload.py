@@ -88,15 +88,31 @@ class Fp8KV:
     v_orig: torch.Tensor
 
 
-def quantize_kv(x: torch.Tensor, fmt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x `[B, H, S, D]` as an FP8 cache: (x8, descale `[B, H]` fp32, x8 · descale in x's dtype). Each descale is the
-    power of two that puts the (batch, head)'s largest |x| at or below the format's largest value, so the
-    dequantised values are exact in fp16/bf16/fp32."""
-    top = torch.finfo(fmt).max
+def fp8_descale(x: torch.Tensor, fmt: torch.dtype, headroom: float = 1.0) -> torch.Tensor:
+    """fp32 `[B, H]` descales of x `[B, H, S, D]` for an FP8 cache: per (batch, head) the power of two that puts
+    headroom × its largest |x| at or below the format's largest value (so x8 · descale is exact in fp16/bf16/fp32;
+    `headroom` > 1 leaves room for later tokens, which saturate past it)."""
     amax = x.abs().amax(dim=(2, 3)).float().clamp_min(1e-30)
-    descale = torch.exp2(torch.ceil(torch.log2(amax / top)))
-    x8 = (x.float() / descale[:, :, None, None]).clamp(-top, top).to(fmt)
-    return x8, descale, (x8.float() * descale[:, :, None, None]).to(x.dtype)
+    return torch.exp2(torch.ceil(torch.log2(headroom * amax / torch.finfo(fmt).max)))
+
+
+def fp8_quantize(x: torch.Tensor, descale: torch.Tensor, fmt: torch.dtype) -> torch.Tensor:
+    """x `[B, H, S, D]` / descale `[B, H]`, saturated at the format's largest value, in the FP8 format."""
+    top = torch.finfo(fmt).max
+    return (x.float() / descale[:, :, None, None]).clamp(-top, top).to(fmt)
+
+
+def fp8_dequantize(x8: torch.Tensor, descale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x8 `[B, H, S, D]` · descale `[B, H]` in `dtype` (exact for power-of-two descales)."""
+    return (x8.float() * descale[:, :, None, None]).to(dtype)
+
+
+def quantize_kv(x: torch.Tensor, fmt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x `[B, H, S, D]` as an FP8 cache: (x8, descale `[B, H]` fp32, x8 · descale in x's dtype), `fp8_descale`
+    without headroom (the whole cache is known)."""
+    descale = fp8_descale(x, fmt)
+    x8 = fp8_quantize(x, descale, fmt)
+    return x8, descale, fp8_dequantize(x8, descale, x.dtype)
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,10 @@ def register(sub) -> None:
                    help="rows that see no key: must be zeros (default) or only reported")
     g.add_argument("--cases", help="comma-separated subset of the default cases (see docs/verify.md)")
     g.add_argument("--kv-dtype", default=None, metavar="fp8|fp8_e5m2",
-                   help="kernel level: the keys and values as an FP8 KV cache (e4m3 or e5m2, power-of-two descales "
-                        "per batch and kv head); the kernel reads it through flash_attn_with_kvcache, other variants "
-                        "get it dequantised; adds what the cache costs (× a 16-bit cache's error)")
+                   help="the keys and values as an FP8 KV cache (e4m3 or e5m2, power-of-two descales per batch and kv "
+                        "head). Kernel level: the kernel reads it through flash_attn_with_kvcache, other variants get "
+                        "it dequantised; adds what the cache costs (× a 16-bit cache's error). Model level: each "
+                        "implementation once more over an FP8 cache, and what it costs the model (KL, top-1, greedy)")
     p.add_argument("--wide", action="store_true", help="every column in the terminal tables (default: 80 columns)")
     m = p.add_argument_group("model level")
     m.add_argument("--model", help="model preset (tiny-llama, tiny-qwen, llama-1b, …) or a config.json path")
@@ -111,9 +112,6 @@ def _run(args: argparse.Namespace, executor) -> int:
     from attnprof.workload import kv_dtype_name
 
     args.kv_dtype = kv_dtype_name(args.kv_dtype)
-    if args.kv_dtype and level != "kernel":
-        raise UsageError(f"--kv-dtype {args.kv_dtype} is built for the kernel level only: an FP8 KV cache in the "
-                         "model level (--model) is not built yet; use --level kernel")
     if args.kv_dtype and "fp64" in dtypes:
         raise UsageError("--kv-dtype takes fp16, bf16 or fp32 queries (--dtype), not fp64")
     if args.model:
@@ -230,7 +228,7 @@ def _model_level(args, device: str, dtypes: list[str], seed: int, rule, kernel):
                       "[/yellow]", highlight=False)
     report, failures = model_level(args.model, spec, device, dtypes, seed=seed, rule=rule, batch=args.model_batch,
                                    seq=args.model_seq, decode_tokens=args.decode_tokens, kernel=kernel,
-                                   on_step=lambda s: err.print(f"[dim]model: {s}[/dim]"))
+                                   on_step=lambda s: err.print(f"[dim]model: {s}[/dim]"), kv_dtype=args.kv_dtype)
     report["left_out"] = [{"impl": name, "reason": why} for name, why in dropped]
     print_model_level(report, wide=args.wide)
     from attnprof.models.attention_features import model_features

@@ -16,6 +16,13 @@ those made the exit code of a correct implementation depend on the seed. Greedy 
 fp32 by default (half-precision rounding flips near-tied tokens of a random model for every implementation,
 eager included); `min_prefix` makes them gate everywhere.
 
+With an FP8 KV cache (`kv_dtype`, `models.fp8_cache.Fp8Cache`: every key and value stored in e4m3/e5m2 and read
+dequantised, exactly, by every implementation), each implementation runs once more with it, named `impl (kv fp8)`,
+judged by the same rule against eager fp32 over the same FP8 cache, with eager over it in the same dtype as the
+baseline: a wrong cache or descale fails there. What the cache costs the model is its own block (`fp8_cost`, per
+dtype): eager over the FP8 cache against eager over the 16-bit cache (max |Δ logits|, mean KL, top-1 at decisive
+positions, the greedy prefix), measured, not gated.
+
 An implementation that raises is `error` (a failure, with its reason; flex failing to compile included); it is
 `rejected` only when it was refused before running: a pinned SDPA backend refusing the inputs ("No available
 kernel"), the model class refusing the implementation (transformers' words, `models.features.switch`: Gemma 2 and
@@ -27,6 +34,8 @@ recompile limit for flex attention (it then runs new shapes eagerly) is named `f
 from __future__ import annotations
 
 import copy
+import dataclasses
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -93,16 +102,28 @@ class ModelResult:
                 "agreement": self.agreement.to_json() if self.agreement else None}
 
 
-def _forward(model, ids, mask) -> torch.Tensor:
+def _cache_kw(model, kv_dtype: str | None) -> dict:
+    """`{<the model's cache argument>: a fresh Fp8Cache}` with an FP8 KV cache, else {} (transformers' default)."""
+    if kv_dtype is None:
+        return {}
+    from attnprof.models.fp8_cache import Fp8Cache
+
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # 5.24: cache
+    return {name: Fp8Cache(kv_dtype), "use_cache": True}
+
+
+def _forward(model, ids, mask, kv_dtype: str | None = None) -> torch.Tensor:
     position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens count from 0
     with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits.float()  # (B, S, V)
+        return model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                     **_cache_kw(model, kv_dtype)).logits.float()  # (B, S, V)
 
 
-def _greedy(model, ids, mask, n: int) -> torch.Tensor:
+def _greedy(model, ids, mask, n: int, kv_dtype: str | None = None) -> torch.Tensor:
+    kw = {k: v for k, v in _cache_kw(model, kv_dtype).items() if k != "use_cache"}
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                             do_sample=False, pad_token_id=0)
+                             do_sample=False, pad_token_id=0, **kw)
     return out[:, ids.shape[1]:]  # (B, N)
 
 
@@ -162,7 +183,8 @@ def judge(a: LogitsAgreement, base: LogitsAgreement, dtype: str, rule: ModelRule
 
 def verify_model(preset: str, impls: Callable[[str, object], Sequence[AttentionImpl]], dtypes: Sequence[str], *,
                  device: str, seed: int, batch: int = 4, seq: int = 32, decode_tokens: int = 8,
-                 rule: ModelRule = ModelRule(), on_step: Callable[[str], None] | None = None) -> dict:
+                 rule: ModelRule = ModelRule(), on_step: Callable[[str], None] | None = None,
+                 kv_dtype: str | None = None) -> dict:
     """Run every implementation (from `impls(dtype, config)`) in every dtype; see the module docstring."""
     from attnprof.models import build_model, padded_batch
 
@@ -171,7 +193,10 @@ def verify_model(preset: str, impls: Callable[[str, object], Sequence[AttentionI
     valid = mask.bool()
     ref_logits = _forward(ref_model, ids, mask)
     ref_tokens = _greedy(ref_model, ids, mask, decode_tokens)
+    fp8_ref = (_forward(ref_model, ids, mask, kv_dtype), _greedy(ref_model, ids, mask, decode_tokens, kv_dtype)) \
+        if kv_dtype else None
     results: list[ModelResult] = []
+    costs: dict[str, dict] = {}
     for dtype in dtypes:
         model = ref_model if dtype == "fp32" else copy.deepcopy(ref_model).to(DTYPES[dtype])
         if on_step:
@@ -181,24 +206,59 @@ def verify_model(preset: str, impls: Callable[[str, object], Sequence[AttentionI
         base = agreement(base_logits, ref_logits, valid, base_tokens, ref_tokens,
                          margin=decisive_margin(base.max_abs, dtype, rule))
         results.append(ModelResult("eager", dtype, "baseline", agreement=base))
-        for impl in impls(dtype, ref_model.config):
+        listed = impls(dtype, ref_model.config)
+        for impl in listed:
             if impl.name == "eager":
                 continue
             if on_step:
                 on_step(f"{impl.name} {dtype}")
             results.append(_run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base, rule,
                                      decode_tokens))
+        if fp8_ref is not None:
+            if on_step:
+                on_step(f"eager {dtype}, {kv_dtype} KV cache")
+            results += _fp8_runs(model, listed, dtype, kv_dtype, ids, mask, valid, fp8_ref, rule, decode_tokens,
+                                 on_step)
+            costs[dtype] = _fp8_cost(model, dtype, kv_dtype, ids, mask, valid, base_logits, base_tokens, rule,
+                                     decode_tokens)
         model.set_attn_implementation("eager")
         if model is not ref_model:
             del model
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
     return {"preset": preset, "batch": batch, "seq": seq, "padding": "left", "valid_positions": int(valid.sum()),
-            "decode_tokens": decode_tokens, "config": _config_summary(ref_model.config),
-            "results": [r.to_json() for r in results], "_results": results}
+            "decode_tokens": decode_tokens, "config": _config_summary(ref_model.config), "kv_dtype": kv_dtype,
+            "fp8_cost": costs or None, "results": [r.to_json() for r in results], "_results": results}
 
 
-def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base, rule, n) -> ModelResult:
+def _fp8_runs(model, impls, dtype, kv_dtype, ids, mask, valid, fp8_ref, rule, n, on_step) -> list[ModelResult]:
+    """Eager over the FP8 cache in `dtype` (the baseline row), then each implementation over it, judged against
+    eager fp32 over the same cache (`fp8_ref`: its logits and greedy tokens)."""
+    ref_logits, ref_tokens = fp8_ref
+    logits, tokens = _forward(model, ids, mask, kv_dtype), _greedy(model, ids, mask, n, kv_dtype)
+    base = agreement(logits, ref_logits, valid, tokens, ref_tokens)
+    base = agreement(logits, ref_logits, valid, tokens, ref_tokens, margin=decisive_margin(base.max_abs, dtype, rule))
+    rows = [ModelResult(f"eager (kv {kv_dtype})", dtype, "baseline", agreement=base)]
+    for impl in impls:
+        if impl.name == "eager":
+            continue
+        if on_step:
+            on_step(f"{impl.name} {dtype}, {kv_dtype} KV cache")
+        r = _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base, rule, n, kv_dtype)
+        rows.append(dataclasses.replace(r, impl=f"{r.impl} (kv {kv_dtype})"))
+    return rows
+
+
+def _fp8_cost(model, dtype, kv_dtype, ids, mask, valid, logits16, tokens16, rule, n) -> dict:
+    """What the FP8 cache costs the model in `dtype`: eager over it against eager over the 16-bit cache."""
+    logits, tokens = _forward(model, ids, mask, kv_dtype), _greedy(model, ids, mask, n, kv_dtype)
+    a = agreement(logits, logits16, valid, tokens, tokens16)
+    a = agreement(logits, logits16, valid, tokens, tokens16, margin=decisive_margin(0.0, dtype, rule))
+    return {"against": f"eager {dtype}, unquantized KV cache", **a.to_json()}
+
+
+def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base, rule, n,
+              kv_dtype: str | None = None) -> ModelResult:
     if impl.rejected:
         return ModelResult(impl.name, dtype, "rejected", reason=impl.rejected)
     name, unfused = impl.name, None
@@ -207,8 +267,8 @@ def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base
         if refused is not None:
             return ModelResult(impl.name, dtype, "rejected", reason=f"{impl.name}: {refused}")
         with impl.context(), recompile_limit_hits():
-            logits = _forward(model, ids, mask)
-            tokens = _greedy(model, ids, mask, n)
+            logits = _forward(model, ids, mask, kv_dtype)
+            tokens = _greedy(model, ids, mask, n, kv_dtype)
         if "flex" in impl.name and unfused_since("flex") is not None:
             name, unfused = f"{impl.name} (unfused)", (
                 "unfused: dynamo hit its recompile limit for flex attention in this process, so shapes it had not "

@@ -107,7 +107,7 @@ def variant_summary(runs: list[CaseRun]) -> dict[str, dict]:
 
 def model_level(preset: str, impls_spec: str, device: str, dtypes: Sequence[str], *, seed: int, rule, batch: int,
                 seq: int, decode_tokens: int, kernel=None,
-                on_step: Callable[[str], None] | None = None) -> tuple[dict, list[str]]:
+                on_step: Callable[[str], None] | None = None, kv_dtype: str | None = None) -> tuple[dict, list[str]]:
     """The model gate (`numerics.model_level`) with the implementations `impls_spec` names; its dict and failures."""
     from attnprof.models import attention_workload
     from attnprof.models.attention import resolve_impls
@@ -121,7 +121,7 @@ def model_level(preset: str, impls_spec: str, device: str, dtypes: Sequence[str]
 
     resolve_impls(impls_spec, device, kernel=kernel)  # unknown names, bad user functions: before the model is built
     report = verify_model(preset, impls, dtypes, device=device, seed=seed, batch=batch, seq=seq,
-                          decode_tokens=decode_tokens, rule=rule, on_step=on_step)
+                          decode_tokens=decode_tokens, rule=rule, on_step=on_step, kv_dtype=kv_dtype)
     report.pop("_results")
     failures = [f"{r['impl']} {r['dtype']} on {preset}: {r['reason']}" for r in report["results"]
                 if r["status"] in ("fail", "error")]

@@ -111,7 +111,19 @@ def print_model_level(model: dict, *, wide: bool = False) -> None:
             said.setdefault((f"{r['impl']} {r['status']}", r["reason"]), []).append(r["dtype"])
     for (what, why), dtypes in said.items():
         say(f"{what} ({', '.join(dtypes)}): {why}", wide=wide, style="dim" if "rejected" in what else "red")
+    for line in fp8_cost_lines(model):
+        say(line, wide=wide, style="bold")
     say(DECISIVE_NOTE, wide=wide, style="dim")
+
+
+def fp8_cost_lines(model: dict) -> list[str]:
+    """What an FP8 KV cache costs the model, one line per dtype (eager over it against eager over the 16-bit cache);
+    none without one."""
+    kv = model.get("kv_dtype")
+    return [f"{kv} KV cache costs {model['preset']} in {dtype} (eager, against its unquantized cache): max |Δ logits| "
+            f"{c['max_abs']:.2e}, mean KL {c['kl_mean']:.2e} (max {c['kl_max']:.2e}), top-1 {100 * c['top1']:.1f}% "
+            f"of {c['positions']} positions ({_top1(c)} decisive), greedy prefix {c['prefix_min']}/{c['tokens']} "
+            f"(mean {c['prefix_mean']:.1f})" for dtype, c in (model.get("fp8_cost") or {}).items()]
 
 
 DECISIVE_NOTE = ("top-1: agreement at the N decisive positions, where eager fp32's top-2 logit margin exceeds twice "
@@ -201,6 +213,11 @@ def markdown(data: dict, command: str) -> str:
         lines.append("")
         lines += [f"Left out of the defaults: `{d['impl']}`: {d['reason']} (name it in `--impls` to run it).\n"
                   for d in model.get("left_out", [])]
+        if model.get("kv_dtype"):
+            lines += [f"Rows `… (kv {model['kv_dtype']})` ran over an FP8 KV cache (`models.fp8_cache`: stored in "
+                      f"{model['kv_dtype']}, power-of-two descales per sequence and kv head fixed by the prompt with "
+                      "one binade of headroom, read dequantised), judged against eager fp32 over the same cache.", ""]
+            lines += [f"- {line}" for line in fp8_cost_lines(model)] + [""]
         from attnprof.report.features_report import markdown as features_markdown
 
         lines += features_markdown(model.get("attention_features"))

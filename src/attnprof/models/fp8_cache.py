@@ -1,0 +1,64 @@
+"""An FP8 KV cache for transformers models: what a serving engine's `kv_cache_dtype="fp8"` does to a model's numbers.
+
+`Fp8Cache` is a transformers `Cache` whose layers store every key and value in an FP8 format (e4m3 or e5m2) as
+x / descale, with one fp32 descale per (sequence, kv head) fixed by the first tokens the layer sees (the prompt):
+the power of two that puts `HEADROOM` × their largest |x| at or below the format's largest value; later tokens
+past that saturate, as in an engine with calibrated scales. Attention reads the cache dequantised in the model's
+dtype, which power-of-two descales make exact: every implementation (eager, sdpa, flex, our kernel) then computes
+the model *with an FP8 cache* exactly, and `verify --model --kv-dtype fp8` can ask what the cache costs the model
+and whether each implementation still agrees with eager attention over the same cache. (That our kernel reads the FP8
+bytes themselves right is the kernel level's question: `verify --kv-dtype fp8`.)
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+from attnprof.workload import KV_DTYPES, fp8_dequantize, fp8_descale, fp8_quantize
+
+HEADROOM = 2.0  # one binade above the prompt's largest |k| / |v| before a later token saturates
+
+
+class Fp8Layer(DynamicLayer):
+    """A `DynamicLayer` holding FP8 keys/values (`keys8`, `values8`) and their descales; `keys`/`values` are the
+    dequantised cache the attention reads."""
+
+    def __init__(self, fmt: torch.dtype = torch.float8_e4m3fn) -> None:
+        super().__init__()
+        self.fmt = fmt
+        self.keys8 = self.values8 = self.k_descale = self.v_descale = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        if self.k_descale is None:  # the first tokens (the prompt) fix the scales
+            self.k_descale = fp8_descale(key_states, self.fmt, HEADROOM)
+            self.v_descale = fp8_descale(value_states, self.fmt, HEADROOM)
+        k8 = fp8_quantize(key_states, self.k_descale, self.fmt)
+        v8 = fp8_quantize(value_states, self.v_descale, self.fmt)
+        self.keys8 = k8 if self.keys8 is None else torch.cat([self.keys8, k8], dim=-2)
+        self.values8 = v8 if self.values8 is None else torch.cat([self.values8, v8], dim=-2)
+        self.keys = fp8_dequantize(self.keys8, self.k_descale, key_states.dtype)
+        self.values = fp8_dequantize(self.values8, self.v_descale, value_states.dtype)
+        return self.keys, self.values
+
+
+class Fp8Cache(Cache):
+    """One `Fp8Layer` per model layer, made as the model asks for them; `kv_dtype` "fp8" (e4m3) or "fp8_e5m2"."""
+
+    def __init__(self, kv_dtype: str = "fp8") -> None:
+        fmt = KV_DTYPES[kv_dtype]
+        layers = _LayerFactory(fmt)
+        super().__init__(layer_class_to_replicate=layers)
+        self.kv_dtype = kv_dtype
+
+
+class _LayerFactory:
+    """`Cache(layer_class_to_replicate=...)` calls it with no arguments for each new layer."""
+
+    def __init__(self, fmt: torch.dtype) -> None:
+        self.fmt = fmt
+
+    def __call__(self) -> Fp8Layer:
+        return Fp8Layer(self.fmt)
