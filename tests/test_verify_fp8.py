@@ -127,3 +127,55 @@ def test_model_level_over_an_fp8_cache_gates_each_implementation_and_says_what_i
     assert model["fp8_cost"]["fp32"]["kl_mean"] > rows[("eager", "bf16")]["agreement"]["kl_mean"]
     assert model["kv_dtype"] == "fp8" and "fp8 KV cache costs tiny-llama" in capsys.readouterr().out
     assert "(kv fp8)" in (tmp_path / "v" / "verify.md").read_text()
+
+
+def test_model_level_catches_a_wrong_descale_in_an_implementation_reading_the_fp8_bytes(tmp_path):
+    """User functions with `kv_cache=` get the cache's FP8 bytes inside the model: a key descale off by 2x and an
+    ignored value descale fail against eager fp32 over the same cache; the same code with the descales right passes."""
+    impls = ",".join(["eager", "tests.broken:fp8_correct", *BROKEN])
+    rc = main(["verify", "--device", "cpu", "--model", "tiny-llama", "--dtype", "fp16", "--kv-dtype", "fp8",
+               "--impls", impls, "--seed", "2", "--out", str(tmp_path / "v")])
+    assert rc == 1
+    rows = {r["impl"]: r for r in json.loads((tmp_path / "v" / "verify.json").read_text())["model"]["results"]}
+    assert rows["tests.broken:fp8_correct (kv fp8)"]["status"] == "pass"
+    for name in BROKEN:
+        assert rows[f"{name} (kv fp8)"]["status"] == "fail", rows[f"{name} (kv fp8)"]
+        assert rows[name]["status"] == "pass"  # without the FP8 cache they are the correct function
+
+
+_KERNEL_MODEL = """
+import json, sys
+import attnprof.models.attention as A
+from attnprof.cli import main
+reads = []
+fp8_of = A.fp8_of
+def counting(k, v):
+    c = fp8_of(k, v)
+    reads.append(c is not None)
+    return c
+A.fp8_of = counting
+rc = main(sys.argv[1:])
+print(json.dumps({"rc": rc, "fp8_reads": sum(reads)}))
+"""
+
+
+def test_our_kernel_reads_the_model_cache_fp8_bytes_and_passes(tmp_path):
+    """Inside a model (head dim 64, Triton's interpreter in a child), the kernel gets the FP8 bytes of the cache with
+    its descales (`models.fp8_cache.fp8_of`, counted) and passes against eager fp32 over the same cache."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+                                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                  "vocab_size": 512, "max_position_embeddings": 256, "head_dim": 64}))
+    script = tmp_path / "count.py"
+    script.write_text(_KERNEL_MODEL)
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script), "verify", "--device", "cpu", "--model", str(config),
+                           "--dtype", "fp16", "--kv-dtype", "fp8", "--impls", "eager,kernel", "--model-batch", "2",
+                           "--model-seq", "16", "--decode-tokens", "4", "--seed", "2", "--out", str(tmp_path / "v")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    assert last["rc"] == 0 and last["fp8_reads"] > 0, last
+    rows = {r["impl"]: r for r in json.loads((tmp_path / "v" / "verify.json").read_text())["model"]["results"]}
+    assert rows["kernel (kv fp8)"]["status"] == "pass" and rows["kernel"]["status"] == "pass"

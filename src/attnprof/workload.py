@@ -78,14 +78,14 @@ def resolve_device(name: str | None) -> str:
 @dataclass(frozen=True)
 class Fp8KV:
     """An FP8 KV cache as stored: k/v `[B, Hkv, Sk, D]` in an FP8 dtype holding x / descale, descales fp32
-    `[B, Hkv]`, and the keys/values before quantization (the workload dtype) for the lossy factor."""
+    `[B, Hkv]`, and (a workload's) the keys/values before quantization, for the lossy factor."""
 
     k: torch.Tensor
     v: torch.Tensor
     k_descale: torch.Tensor
     v_descale: torch.Tensor
-    k_orig: torch.Tensor
-    v_orig: torch.Tensor
+    k_orig: torch.Tensor | None = None
+    v_orig: torch.Tensor | None = None
 
 
 def fp8_descale(x: torch.Tensor, fmt: torch.dtype, headroom: float = 1.0) -> torch.Tensor:

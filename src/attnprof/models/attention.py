@@ -35,6 +35,7 @@ import torch
 
 from attnprof.dispatch.sdpa_checks import BACKENDS, backend_refusal
 from attnprof.errors import UsageError
+from attnprof.models.fp8_cache import fp8_of
 from attnprof.models.kernel_cache import kernel_over_cache, register_cache_kernel
 from attnprof.variants import THIRD_PARTY, adapters
 from attnprof.variants.base import Variant, check_output
@@ -171,9 +172,11 @@ def register_variant(variant: Variant) -> str:
         if reason is not None:
             raise ValueError(reason)
         window = int(asked["sliding_window"]) - 1 if "sliding_window" in asked else -1  # keys i - w < j <= i
+        fp8 = None if torch.compiler.is_compiling() else fp8_of(key, value)  # an FP8 cache's bytes (fp8_cache.py)
         if cache is not None:
             out = kernel_over_cache(cache, variant.name, query, key, value, attention_mask, scale,
-                                    softcap=asked.get("softcap") or 0.0, window_left=window, s_aux=asked.get("s_aux"))
+                                    softcap=asked.get("softcap") or 0.0, window_left=window, s_aux=asked.get("s_aux"),
+                                    fp8=fp8)
             check_output(variant.name, out.transpose(1, 2), query, " inside the model")
             return out, None
         if asked:  # no mask: the kernel repo's own flash_attn_func takes the features (the Variant call has no place)
@@ -184,7 +187,11 @@ def register_variant(variant: Variant) -> str:
             check_output(variant.name, out.transpose(1, 2), query, " inside the model")
             return out.contiguous(), None
         valid = attention_mask if attention_mask is not None and attention_mask.dtype == torch.bool else None
-        out = variant.fn(Inputs(query, key, value, causal=causal, scale=scale, attn_mask=attention_mask, valid=valid))
+        # an FP8 cache's bytes go to a variant through Inputs only without a mask (our kernel reads them through
+        # flash_attn_with_kvcache, which takes lengths, not masks: with a mask it reads the same values dequantised)
+        # or to a user function, which gets the mask too
+        out = variant.fn(Inputs(query, key, value, causal=causal, scale=scale, attn_mask=attention_mask, valid=valid,
+                                fp8=fp8 if attention_mask is None or variant.family == "user" else None))
         check_output(variant.name, out, query, " inside the model")
         return out.transpose(1, 2).contiguous(), None  # [B, Hq, Sq, D] -> [B, Sq, Hq, D], as transformers expects
 

@@ -4,10 +4,11 @@
 x / descale, with one fp32 descale per (sequence, kv head) fixed by the first tokens the layer sees (the prompt):
 the power of two that puts `HEADROOM` × their largest |x| at or below the format's largest value; later tokens
 past that saturate, as in an engine with calibrated scales. Attention reads the cache dequantised in the model's
-dtype, which power-of-two descales make exact: every implementation (eager, sdpa, flex, our kernel) then computes
-the model *with an FP8 cache* exactly, and `verify --model --kv-dtype fp8` can ask what the cache costs the model
-and whether each implementation still agrees with eager attention over the same cache. (That our kernel reads the FP8
-bytes themselves right is the kernel level's question: `verify --kv-dtype fp8`.)
+dtype, which power-of-two descales make exact: every implementation (eager, sdpa, flex) then computes the model
+*with an FP8 cache* exactly, and `verify --model --kv-dtype fp8` can ask what the cache costs the model and whether
+each implementation still agrees with eager attention over the same cache. The stored bytes ride along (`fp8_of`):
+our kernel reads them through `flash_attn_with_kvcache` with the descales, and a user function with a `kv_cache=`
+parameter gets them, so a wrong descale in either fails the model gate.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from attnprof.workload import KV_DTYPES, fp8_dequantize, fp8_descale, fp8_quantize
+from attnprof.workload import KV_DTYPES, Fp8KV, fp8_dequantize, fp8_descale, fp8_quantize
 
 HEADROOM = 2.0  # one binade above the prompt's largest |k| / |v| before a later token saturates
 
@@ -41,7 +42,19 @@ class Fp8Layer(DynamicLayer):
         self.values8 = v8 if self.values8 is None else torch.cat([self.values8, v8], dim=-2)
         self.keys = fp8_dequantize(self.keys8, self.k_descale, key_states.dtype)
         self.values = fp8_dequantize(self.values8, self.v_descale, value_states.dtype)
+        # the bytes as stored ride on the dequantised keys: an implementation with an FP8 path (our kernel, a user
+        # function taking kv_cache=) reads them instead (`fp8_of`)
+        self.keys._attnprof_fp8 = Fp8KV(self.keys8, self.values8, self.k_descale, self.v_descale)
         return self.keys, self.values
+
+
+def fp8_of(key: torch.Tensor, value: torch.Tensor) -> Fp8KV | None:
+    """The FP8 cache behind `key`/`value` when they are an `Fp8Layer`'s dequantised cache (the same tensors, not a
+    slice or copy of them), else None."""
+    c = getattr(key, "_attnprof_fp8", None)
+    if c is None or c.k.shape != key.shape or c.v.shape != value.shape:
+        return None
+    return c
 
 
 class Fp8Cache(Cache):

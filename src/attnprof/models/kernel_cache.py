@@ -16,11 +16,12 @@ import torch
 
 def kernel_over_cache(module, name: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       mask: torch.Tensor, scale: float, *, softcap: float = 0.0, window_left: int = -1,
-                      s_aux: torch.Tensor | None = None) -> torch.Tensor:
+                      s_aux: torch.Tensor | None = None, fp8=None) -> torch.Tensor:
     """Attention of query `[B, Hq, Sq, D]` over the cache key/value `[B, Hkv, Sk, D]` under the bool `mask`
     `[B, 1, Sq, Sk]`: each sequence's valid keys are one range [leftpad, seqlen) (the union of its rows), the queries
     its last Sq positions, causal bottom-right, and `window_left` >= 0 keeps keys j >= i - window_left of query i.
-    Returns `[B, Sq, Hq, D]`.
+    `fp8` (`workload.Fp8KV`, from `models.fp8_cache`): the FP8 cache behind key/value, read as stored with its
+    descales instead. Returns `[B, Sq, Hq, D]`.
 
     The whole mask must be that form (left padding and a sliding window are; a hole or another per-query pattern is
     not). In eager calls it is checked first and a mask that is not refused with a ValueError. Inside a compiled graph
@@ -36,8 +37,12 @@ def kernel_over_cache(module, name: str, query: torch.Tensor, key: torch.Tensor,
     if not torch.compiler.is_compiling() and bool(bad.any()):
         raise ValueError(f"{name}: this mask is not one causal key range per sequence (a KV cache with left "
                          "padding); flash_attn_with_kvcache cannot express it (try sdpa)")
+    if fp8 is not None:
+        key, value = fp8.k, fp8.v
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views; the kernel takes strides
-    out = _kvcache_call(module, q, k, v, seqlen, leftpad, scale, softcap, window_left, s_aux)  # [B, Sq, Hq, D]
+    descales = (fp8.k_descale, fp8.v_descale) if fp8 is not None else (None, None)
+    out = _kvcache_call(module, q, k, v, seqlen, leftpad, scale, softcap, window_left, s_aux,
+                        *descales)  # [B, Sq, Hq, D]
     if torch.compiler.is_compiling():
         out = torch.where(bad[:, None, None, None], torch.full_like(out, float("nan")), out)
     return out
@@ -75,7 +80,8 @@ def register_cache_kernel(module) -> int:
     return _CACHE_MODULES.index(module)
 
 
-def _kvcache_call(module, q, k, v, seqlen, leftpad, scale, softcap=0.0, window_left=-1, s_aux=None):
+def _kvcache_call(module, q, k, v, seqlen, leftpad, scale, softcap=0.0, window_left=-1, s_aux=None, k_descale=None,
+                  v_descale=None):
     """`module.flash_attn_with_kvcache` as one opaque op of torch.compile's graph (`attnprof::kvcache_attention`):
     dynamo does not trace into the kernel's launcher, so there is no graph break per layer and inductor's CUDA graph
     takes the launches with the rest of the step. (Traced through, the launcher failed to compile in inductor on the
@@ -84,13 +90,15 @@ def _kvcache_call(module, q, k, v, seqlen, leftpad, scale, softcap=0.0, window_l
         index = _CACHE_MODULES.index(module)
     except ValueError:
         raise RuntimeError("kernel_over_cache: register_cache_kernel(module) first, outside torch.compile") from None
-    return _kvcache_op(q, k, v, seqlen, leftpad, float(scale), index, float(softcap or 0.0), int(window_left), s_aux)
+    return _kvcache_op(q, k, v, seqlen, leftpad, float(scale), index, float(softcap or 0.0), int(window_left), s_aux,
+                       k_descale, v_descale)
 
 
 @torch.library.custom_op("attnprof::kvcache_attention", mutates_args=())
 def _kvcache_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlen: torch.Tensor, leftpad: torch.Tensor,
                 scale: float, module: int, softcap: float, window_left: int,
-                s_aux: torch.Tensor | None) -> torch.Tensor:
+                s_aux: torch.Tensor | None, k_descale: torch.Tensor | None = None,
+                v_descale: torch.Tensor | None = None) -> torch.Tensor:
     features = {}  # only what is asked: a kernel repo without these arguments still serves plain models
     if softcap:
         features["softcap"] = softcap
@@ -98,6 +106,8 @@ def _kvcache_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlen: torch
         features["window_size"] = (window_left, -1)
     if s_aux is not None:
         features["s_aux"] = s_aux
+    if k_descale is not None:  # an FP8 cache (k, v in e4m3/e5m2)
+        features["k_descale"], features["v_descale"] = k_descale, v_descale
     out = _CACHE_MODULES[module].flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlen, cache_leftpad=leftpad,
                                                          softmax_scale=scale, causal=True, **features)
     out = out[0] if isinstance(out, tuple) else out
@@ -105,5 +115,5 @@ def _kvcache_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlen: torch
 
 
 @_kvcache_op.register_fake
-def _(q, k, v, seqlen, leftpad, scale, module, softcap, window_left, s_aux):
+def _(q, k, v, seqlen, leftpad, scale, module, softcap, window_left, s_aux, k_descale=None, v_descale=None):
     return q.new_empty(q.shape)  # [B, Sq, Hq, D], contiguous

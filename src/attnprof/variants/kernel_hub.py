@@ -213,6 +213,9 @@ def kernel_attention(inputs: Inputs, spec: KernelSpec = DEFAULT) -> torch.Tensor
     if isinstance(module, Rejected):
         raise RuntimeError(module.reason)
     if inputs.fp8 is not None:
+        if inputs.attn_mask is not None:  # never a silent unmasked run (supports() refuses such workloads)
+            raise ValueError("kernel: an FP8 KV cache with a mask: flash_attn_with_kvcache takes each sequence's "
+                             "cache length, not a mask")
         c = inputs.fp8
         q, k8, v8 = (t.transpose(1, 2) for t in (inputs.q, c.k, c.v))  # [B, S, H, D] views
         out = module.flash_attn_with_kvcache(q, k8, v8, softmax_scale=inputs.scale, causal=inputs.causal,
