@@ -77,6 +77,11 @@ class Check:
         return {"err": self.err ** 0.5 / scale, "eager": self.eager ** 0.5 / scale, "finite": self.finite}
 
 
+def within_rule(r: dict) -> None:
+    """The usual rule on a `Check.result()`: finite, and error <= 2 x eager attention's in the same dtype."""
+    assert r["finite"] and r["err"] <= 2 * r["eager"], f"kernel {r['err']:.3g} > 2 x eager {r['eager']:.3g}"
+
+
 def fp8_cache(x: torch.Tensor, descale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """x `[B, S, Hkv, D]` stored as an FP8 cache in flash-attn's convention: x / descale (`[B, Hkv]`, or one element)
     saturated at the format's largest value, rounded to nearest even by torch's cast."""
