@@ -74,19 +74,24 @@ def _loop_spills(sass: str) -> int:
     return sum(bool(re.search(r"\b(STL|LDL)\b", x)) for x in _key_loop(sass))
 
 
-def compile_decode(page: int, append: bool, fused: bool, d: int = 128, softcap: bool = False, **config):
+def compile_decode(page: int, append: bool, fused: bool, d: int = 128, softcap: bool = False, fp8: bool = False,
+                   **config):
     """The decode program as the shipped default config (or `DecodeConfig(**config)`) launches it at head dim d
-    (`DecodeConfig.for_head_dim`)."""
+    (`DecodeConfig.for_head_dim`); `fp8`: over an e4m3 cache with descales."""
     fn = _load("_decode").kvcache_fwd
     cfg = _load("_splits").DecodeConfig(**config).for_head_dim(d)
     pointers = {n: "*bf16" for n in ("Q", "KCache", "VCache", "KNew", "VNew", "O")}
     pointers.update(LSE="*fp32", Seqlens="*i32", BatchIdx="*i32", LeftPad="*i32", Table="*i32", PartAcc="*fp32",
                     Counters="*i32", qk_scale="fp32", softcap_in="fp32", softcap_out="fp32")
+    if fp8:
+        pointers.update(KCache="*fp8e4nv", VCache="*fp8e4nv", KDescale="*fp32", VDescale="*fp32")
     const = dict(HEAD_DIM=d, BLOCK_D=d, BLOCK_M=16, BLOCK_N=cfg.block_n, PAGE_SIZE=page, CAUSAL=append,
                  APPEND=append, HAS_SEQLENS=True, HAS_BATCH_IDX=False, HAS_LEFTPAD=False, SPLIT=True,
                  FUSED_REDUCE=fused, STORE_LSE=False, PREFETCH=cfg.prefetch_merge, MERGE_GROUP=cfg.merge_group,
                  LSE=None, BatchIdx=None,
-                 LeftPad=None, Sinks=None, SOFTCAP=softcap, WINDOW=False, SINKS=False)
+                 LeftPad=None, Sinks=None, SOFTCAP=softcap, WINDOW=False, SINKS=False, DESCALE=fp8)
+    if not fp8:
+        const.update(KDescale=None, VDescale=None)
     if not append:
         const.update(KNew=None, VNew=None)
     if not page:
@@ -105,11 +110,13 @@ def decode():
     return {"dense": compile_decode(0, False, True), "paged64-append": compile_decode(64, True, True),
             "paged16-2launch": compile_decode(16, False, False), "dense-d256": compile_decode(0, False, True, d=256),
             "dense-softcap": compile_decode(0, False, True, softcap=True),
-            "dense-merge1-prefetch": compile_decode(0, False, True, merge_group=1, prefetch_merge=True)}
+            "dense-merge1-prefetch": compile_decode(0, False, True, merge_group=1, prefetch_merge=True),
+            "dense-fp8": compile_decode(0, False, True, fp8=True),
+            "paged64-append-fp8": compile_decode(64, True, True, fp8=True)}
 
 
 @pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch", "dense-d256", "dense-softcap",
-                                     "dense-merge1-prefetch"])
+                                     "dense-merge1-prefetch", "dense-fp8", "paged64-append-fp8"])
 def test_decode_program_is_pipelined_without_spills(decode, variant, tmp_path):
     kernel = decode[variant]
     regs, local = _usage(kernel, tmp_path)
@@ -117,6 +124,14 @@ def test_decode_program_is_pipelined_without_spills(decode, variant, tmp_path):
     copies = kernel.asm["ttgir"].count("async_copy_global_to_local")
     assert copies >= 4, f"K/V loads not software-pipelined ({copies} async copies)"
     assert kernel.metadata.shared <= SMEM_PER_SM
+
+
+def test_an_fp8_cache_moves_one_byte_per_element_and_widens_in_registers(decode):
+    """The FP8 program's K/V tiles are e4m3 in shared memory (half the bytes of bf16 per stage) and widened to bf16
+    after the load, never before: its K/V shared memory is at most the bf16 program's."""
+    fp8, bf16 = decode["dense-fp8"], decode["dense"]
+    assert "f8E4M3FN" in fp8.asm["ttgir"] and "f8E4M3FN" not in bf16.asm["ttgir"]
+    assert fp8.metadata.shared < bf16.metadata.shared, (fp8.metadata.shared, bf16.metadata.shared)
 
 
 def test_paged_cache_keeps_the_dense_pipeline_depth(decode):
