@@ -188,6 +188,13 @@ def _fp8_args(dtype=E4M3, b=2, s=32, hkv=2, d=64):
             torch.zeros(b, s, hkv, d, dtype=dtype))
 
 
+def test_fp8_tensors_elsewhere_name_the_entry_point_that_reads_them():
+    q = torch.randn(1, 8, 4, 64, dtype=torch.float16)
+    k = torch.zeros(1, 8, 2, 64, dtype=E4M3)
+    with pytest.raises(ValueError, match="FP8 is read only as a KV cache, by flash_attn_with_kvcache"):
+        _module().flash_attn_func(q, k, k)
+
+
 @pytest.mark.parametrize("change, words", [
     (dict(q=torch.zeros(2, 1, 4, 64, dtype=E4M3)), "q has dtype torch.float8_e4m3fn"),
     (dict(q_descale=torch.ones(1)), "q_descale is not supported"),

@@ -53,11 +53,21 @@ def tensor_problem(name: str, t, dims: int, layout: str, fp8_ok: bool = False) -
     if t.dim() != dims:
         return f"{name} must be {dims}-D {layout}, got shape {tuple(t.shape)}"
     if t.dtype not in SUPPORTED_DTYPES and not (fp8_ok and t.dtype in FP8_MAX):
-        also = " (a KV cache may also be float8_e4m3fn or float8_e5m2)" if fp8_ok else ""
-        return f"{name} has dtype {t.dtype}; flash-triton supports float16 and bfloat16 only{also}"
+        return dtype_problem(name, t.dtype, fp8_ok)
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         return f"{name} must have a contiguous last (head) dimension, got strides {t.stride()}"
     return None
+
+
+def dtype_problem(name: str, dtype: torch.dtype, fp8_ok: bool = False) -> str:
+    """Why `dtype` is refused for tensor `name`; an FP8 one names the entry point that reads FP8 (a KV cache)."""
+    if fp8_ok:
+        return f"{name} has dtype {dtype}; flash-triton supports float16 and bfloat16 (a KV cache may also be " \
+               "float8_e4m3fn or float8_e5m2)"
+    if dtype in FP8_MAX:
+        return (f"{name} has dtype {dtype}; FP8 is read only as a KV cache, by flash_attn_with_kvcache with "
+                "k_descale/v_descale (FP8 prefill is not built); this entry point takes float16 and bfloat16")
+    return f"{name} has dtype {dtype}; flash-triton supports float16 and bfloat16 only"
 
 
 def common_problem(q: torch.Tensor, k: torch.Tensor, tensors: dict[str, torch.Tensor]) -> str | None:

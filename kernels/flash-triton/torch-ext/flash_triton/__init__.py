@@ -33,7 +33,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from ._checks import head_dim_problem, refuse_unsupported, tma_layout
+from ._checks import dtype_problem, head_dim_problem, refuse_unsupported, tma_layout
 from ._config import (
     GLUON_WINDOW,
     GLUON_WS_256_VARLEN,
@@ -150,7 +150,7 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, _fp32_ok:
         if t.dim() != 4:
             return f"{name} must be 4-D [B, S, H, D], got shape {tuple(t.shape)}"
         if t.dtype not in SUPPORTED_DTYPES and not (_fp32_ok and t.dtype == torch.float32):
-            return f"{name} has dtype {t.dtype}; flash-triton supports float16 and bfloat16 only"
+            return dtype_problem(name, t.dtype)
         if t.stride(-1) != 1 and t.shape[-1] > 1:
             return (f"{name} must have a contiguous last (head) dimension, got strides {t.stride()} for shape "
                     f"{tuple(t.shape)}")
