@@ -58,7 +58,7 @@ def test_e5m2_and_bad_kv_dtypes():
 
 def test_a_wrong_descale_fails_the_gate_and_the_cost_is_reported(tmp_path, capsys):
     out = tmp_path / "v"
-    rc = main(["verify", "--device", "cpu", "--dtype", "fp16", "--kv-dtype", "fp8", "--cases", "decode,gqa",
+    rc = main(["verify", "--device", "cpu", "--dtype", "fp16", "--kv-dtype", "fp8", "--cases", "gqa,chunk",
                "--variants", ",".join(["sdpa", "tests.broken:fp8_correct", *BROKEN]), "--seed", "3",
                "--out", str(out)])
     assert rc == 1  # the broken descales fail
@@ -99,16 +99,14 @@ def test_the_kernel_reads_the_fp8_cache_and_passes(tmp_path):
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "attnprof", "verify", "--device", "cpu", "--dtype", "fp16,bf16",
-                           "--kv-dtype", "fp8", "--cases", "decode,chunk", "--variants", "kernel", "--seed", "5",
+                           "--kv-dtype", "fp8", "--cases", "chunk", "--variants", "kernel", "--seed", "5",
                            "--out", str(tmp_path / "v")], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads((tmp_path / "v" / "verify.json").read_text())
     rows = {(c["name"], c["workload"]["dtype"]): r for c in data["kernel"]["cases"] for r in c["results"]}
-    for case in ("decode", "chunk"):
-        r = rows[(case, "fp16")]
-        assert r["status"] == "pass" and r["lossy_factor"] > 5, r
-        assert rows[(case, "bf16")]["status"] == "rejected"
-        assert "interpreter" in rows[(case, "bf16")]["reason"]
+    r = rows[("chunk", "fp16")]  # 33 queries over 161 keys, causal: decode's Sq=1 is the kvcache tests' own
+    assert r["status"] == "pass" and r["lossy_factor"] > 5, r
+    assert rows[("chunk", "bf16")]["status"] == "rejected" and "interpreter" in rows[("chunk", "bf16")]["reason"]
 
 
 def test_model_level_over_an_fp8_cache_gates_each_implementation_and_says_what_it_costs(tmp_path, capsys):
@@ -164,7 +162,7 @@ def test_our_kernel_reads_the_model_cache_fp8_bytes_and_passes(tmp_path):
     its descales (`models.fp8_cache.fp8_of`, counted) and passes against eager fp32 over the same cache."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-                                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                  "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
                                   "vocab_size": 512, "max_position_embeddings": 256, "head_dim": 64}))
     script = tmp_path / "count.py"
     script.write_text(_KERNEL_MODEL)
@@ -172,7 +170,7 @@ def test_our_kernel_reads_the_model_cache_fp8_bytes_and_passes(tmp_path):
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, str(script), "verify", "--device", "cpu", "--model", str(config),
                            "--dtype", "fp16", "--kv-dtype", "fp8", "--impls", "eager,kernel", "--model-batch", "2",
-                           "--model-seq", "16", "--decode-tokens", "4", "--seed", "2", "--out", str(tmp_path / "v")],
+                           "--model-seq", "12", "--decode-tokens", "3", "--seed", "2", "--out", str(tmp_path / "v")],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     last = json.loads(done.stdout.strip().splitlines()[-1])
