@@ -72,6 +72,9 @@ def test_a_wrong_descale_fails_the_gate_and_the_cost_is_reported(tmp_path, capsy
     assert all(r["lossy_factor"] > 5 for r in sdpa), [r["lossy_factor"] for r in sdpa]  # e4m3 costs >> fp16
     md = (out / "verify.md").read_text()
     assert "fp8 KV cache" in md and "× plain PyTorch fp16" in md
+    reads = {r["variant"]: r["kv_read"] for c in data["kernel"]["cases"] for r in c["results"]}
+    assert reads["sdpa"] == "the cache dequantised" and "kv_cache=" in reads["tests.broken:fp8_correct"]
+    assert "`sdpa` the cache dequantised" in md
     assert "fp8 KV cache, fp16" in capsys.readouterr().out
 
 
@@ -106,6 +109,7 @@ def test_the_kernel_reads_the_fp8_cache_and_passes(tmp_path):
     rows = {(c["name"], c["workload"]["dtype"]): r for c in data["kernel"]["cases"] for r in c["results"]}
     r = rows[("chunk", "fp16")]  # 33 queries over 161 keys, causal: decode's Sq=1 is the kvcache tests' own
     assert r["status"] == "pass" and r["lossy_factor"] > 5, r
+    assert "flash_attn_with_kvcache" in r["kv_read"]
     assert rows[("chunk", "bf16")]["status"] == "rejected" and "interpreter" in rows[("chunk", "bf16")]["reason"]
 
 

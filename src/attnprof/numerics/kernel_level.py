@@ -56,10 +56,11 @@ class CaseResult:
     # PyTorch's error in the same dtype on those unquantized inputs: what the FP8 cache costs, as a multiple of a
     # 16-bit cache's error (`lossy_factor`)
     lossy_factor: float | None = None
+    kv_read: str | None = None  # with an FP8 KV cache: what the variant read (its `fp8_path`, or "dequantised")
 
     def to_json(self) -> dict:
         return {"case": self.case, "dtype": self.dtype, "variant": self.variant, "status": self.status,
-                "reason": self.reason, "hint": self.hint, "lossy_factor": self.lossy_factor,
+                "reason": self.reason, "hint": self.hint, "lossy_factor": self.lossy_factor, "kv_read": self.kv_read,
                 "agreement": self.agreement.to_json() if self.agreement else None,
                 "verdict": self.verdict.to_json() if self.verdict else None}
 
@@ -122,7 +123,8 @@ def verify_case(case: Case, variants: Sequence[Variant], *, seed: int, rule: Rul
         text = _join("; ".join(verdict.reasons + verdict.warnings) or None, unfused)
         results.append(CaseResult(case.name, w.dtype, name, status, reason=text, agreement=r.agreement,
                                   verdict=verdict, hint=hint,
-                                  lossy_factor=lossy.factor(r.output) if lossy and r.output is not None else None))
+                                  lossy_factor=lossy.factor(r.output) if lossy and r.output is not None else None,
+                                  kv_read=(variant.fp8_path or "the cache dequantised") if lossy else None))
     return CaseRun(case=case, seed=seed, baseline=gate.baseline, results=tuple(results))
 
 

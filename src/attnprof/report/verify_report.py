@@ -86,6 +86,11 @@ def lossy_rows(runs: list[CaseRun], dtype: str) -> tuple[list[str], list[list[st
     return ["variant", *(run.case.name for run in mine)], rows
 
 
+def kv_reads(runs: list[CaseRun]) -> dict[str, str]:
+    """With an FP8 KV cache: what each variant read (the FP8 bytes through its path, or the cache dequantised)."""
+    return {r.variant: r.kv_read for run in runs for r in run.results if r.kv_read}
+
+
 def print_lossy(runs: list[CaseRun], dtype: str) -> None:
     table = lossy_rows(runs, dtype)
     if table is None:
@@ -96,6 +101,8 @@ def print_lossy(runs: list[CaseRun], dtype: str) -> None:
     headers, rows = table
     for block_headers, block_rows in column_blocks(headers, rows):
         out.print(compact_table("", block_headers, block_rows, right=tuple(block_headers[1:])))
+    for name, read in kv_reads([r for r in runs if r.case.workload.dtype == dtype]).items():
+        say(f"  {name} read {read}", style="dim")
 
 
 def print_model_level(model: dict, *, wide: bool = False) -> None:
@@ -239,7 +246,8 @@ def _lossy_md(cases: list[dict], dtype: str) -> list[str]:
         cells = [next((f"{r['lossy_factor']:.1f}×" for r in c["results"]
                        if r["variant"] == name and r.get("lossy_factor") is not None), "") for c in cases]
         lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
-    return [*lines, ""]
+    reads = {r["variant"]: r["kv_read"] for c in cases for r in c["results"] if r.get("kv_read")}
+    return [*lines, "", "What each read: " + "; ".join(f"`{n}` {how}" for n, how in reads.items()) + ".", ""]
 
 
 def _md_cell(r: dict | None) -> str:

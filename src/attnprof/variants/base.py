@@ -50,6 +50,9 @@ class Variant:
     # For variants that cannot dispatch elsewhere (flex, our kernel): the backend they are. SDPA variants leave it
     # None: their backend is read from what ran.
     backend: str | None = None
+    # How it reads an FP8 KV cache (`Workload.kv_dtype`) when it has a path for one ("flash_attn_with_kvcache"):
+    # None means it is given the cache dequantised
+    fp8_path: str | None = None
 
     # How the variant travels to another process (a Ray worker): `(constructor, args)` that builds it again there,
     # set by constructors whose functions close over objects that do not pickle (a pinned SDPA backend, a `--kernel`

@@ -246,6 +246,7 @@ def kernel_variant(spec: KernelSpec = DEFAULT) -> Variant:
     run.__name__ = "kernel_attention"
     run.kernel_spec = spec  # the repo it loads, for models/attention.py's adapter
     return Variant(name="kernel", fn=run, supports=accepts, family="kernel", backend="kernel",
+                   fp8_path="the FP8 bytes, through flash_attn_with_kvcache (k_descale, v_descale)",
                    description=f"a fused kernel loaded through the `kernels` library: {spec.label()}",
                    recipe=(kernel_variant, (spec,)))
 

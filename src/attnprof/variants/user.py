@@ -89,6 +89,7 @@ def load_user_variant(spec: str) -> Variant:
 
     run.__name__ = getattr(fn, "__name__", attr)
     return Variant(name=spec, fn=run, supports=supports, family="user",
+                   fp8_path="the FP8 bytes, as kv_cache=" if takes_cache else None,
                    description=(inspect.getdoc(fn) or "user function").splitlines()[0],
                    recipe=(load_user_variant, (spec,)))
 
