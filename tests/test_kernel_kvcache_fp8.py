@@ -191,7 +191,7 @@ def _fp8_args(dtype=E4M3, b=2, s=32, hkv=2, d=64):
 def test_fp8_tensors_elsewhere_name_the_entry_point_that_reads_them():
     q = torch.randn(1, 8, 4, 64, dtype=torch.float16)
     k = torch.zeros(1, 8, 2, 64, dtype=E4M3)
-    with pytest.raises(ValueError, match="FP8 is read only as a KV cache, by flash_attn_with_kvcache"):
+    with pytest.raises(ValueError, match="FP8 runs through flash_attn_func with e4m3 q, k and v"):
         _module().flash_attn_func(q, k, k)
 
 

@@ -33,7 +33,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from ._checks import dtype_problem, head_dim_problem, refuse_unsupported, tma_layout
+from ._checks import FP8_MAX, dtype_problem, head_dim_problem, refuse_unsupported, tma_layout
 from ._config import (
     GLUON_WINDOW,
     GLUON_WS_256_VARLEN,
@@ -63,6 +63,7 @@ from ._features import (
     softcap_switches,
     varlen_gluon_meta,
 )
+from ._fp8 import FP8_HEAD_DIMS, fp8_attention
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
 from ._launch import fast_launch_problem, launcher, rebase
@@ -71,7 +72,7 @@ from ._varlen import flash_attn_varlen_func, gluon_feature_args, gluon_varlen_un
 
 ACCEPTS_STRIDED = True  # any batch/seq/head strides with a contiguous head dim: callers may pass views, no copies
 MODEL_FEATURES = ("softcap", "window_size", "s_aux")  # flash-attn's arguments computed as flash-attn does (_features)
-__all__ = ["MODEL_FEATURES", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
+__all__ = ["FP8_HEAD_DIMS", "fp8_attention", "MODEL_FEATURES", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
            "kvcache_attention", "Config", "DecodeConfig", "default_config", "choose_config", "check_inputs",
            "gluon_unsupported", "gluon_varlen_unsupported", "tma_layout", "fast_launch_problem", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES",
            "INTERPRETED"]
@@ -459,14 +460,24 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False, s_aux=None):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, s_aux=None, q_descale=None,
+                    k_descale=None, v_descale=None):
     """Fused attention forward, as flash-attn's `flash_attn_func`: q `[B, Sq, Hq, D]`, k/v `[B, Sk, Hkv, D]` ->
     out `[B, Sq, Hq, D]`. `softcap`, `window_size` and `s_aux` (sinks, `[Hq]`) as flash-attn computes them
     (`_features.py`); `deterministic` is accepted (the forward always is); dropout, ALiBi and returned probabilities
-    raise ValueError naming the argument."""
+    raise ValueError naming the argument. e4m3 q, k, v with FlashAttention-3's `q_descale`/`k_descale`/`v_descale`
+    (fp32 `[B, Hkv]` or one element) run the FP8 prefill (`_fp8.py`, head dims 64 and 128, bf16 out)."""
     if dropout_p or alibi_slopes is not None or return_attn_probs:
         refuse_unsupported("flash_attn_func", dropout_p=dropout_p, alibi_slopes=alibi_slopes,
                            return_attn_probs=return_attn_probs)
+    if isinstance(q, torch.Tensor) and q.dtype in FP8_MAX:
+        if not is_plain(softcap, window_size, s_aux):
+            raise ValueError("flash-triton flash_attn_func (FP8): softcap, window_size and s_aux are not built for "
+                             "the FP8 prefill")
+        return fp8_attention(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale)
+    if q_descale is not None or k_descale is not None or v_descale is not None:
+        raise ValueError("flash-triton flash_attn_func: q_descale/k_descale/v_descale apply to FP8 (e4m3) q, k, v; "
+                         f"these are {getattr(q, 'dtype', type(q).__name__)}")
     # the checks a plain call needs are two comparisons (host time per call: see `_launch.py`)
     f = PLAIN if is_plain(softcap, window_size, s_aux) else parse_features("flash_attn_func", q, softcap, window_size,
                                                                            s_aux)

@@ -65,8 +65,8 @@ def dtype_problem(name: str, dtype: torch.dtype, fp8_ok: bool = False) -> str:
         return f"{name} has dtype {dtype}; flash-triton supports float16 and bfloat16 (a KV cache may also be " \
                "float8_e4m3fn or float8_e5m2)"
     if dtype in FP8_MAX:
-        return (f"{name} has dtype {dtype}; FP8 is read only as a KV cache, by flash_attn_with_kvcache with "
-                "k_descale/v_descale (FP8 prefill is not built); this entry point takes float16 and bfloat16")
+        return (f"{name} has dtype {dtype}; FP8 runs through flash_attn_func with e4m3 q, k and v (and their "
+                "descales) or as a KV cache of flash_attn_with_kvcache; here float16 and bfloat16 only")
     return f"{name} has dtype {dtype}; flash-triton supports float16 and bfloat16 only"
 
 

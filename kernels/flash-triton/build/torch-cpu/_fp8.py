@@ -1,0 +1,156 @@
+"""FP8 prefill: `flash_attn_func` with e4m3 q, k, v and FlashAttention-3's descales (a first program, not yet tuned).
+
+The inputs hold x / descale in float8_e4m3fn, one fp32 descale per (sequence, kv head) (`[B, Hkv]`, the query's
+too, as FlashAttention-3 takes them) or one per tensor; the output is bf16 (or fp16). Both products run on the FP8
+tensor cores: S = Q·Kᵀ with the query and key descales folded into the logit scale, and P·V with P quantized to e4m3
+as FlashAttention-3 does (P is in [0, 1] after the running max is subtracted, so no scale is needed), fp32
+accumulation, the value descale applied once at the end. The row sums l use P before quantization.
+
+Triton's interpreter casts fp32 to FP8 wrongly (`_decode._quantize` says how), so on the CPU (`EXACT_P`) P is
+rounded in fp32 first; on the GPU the hardware conversion rounds to nearest even by itself.
+
+A plain FlashAttention-2 loop over 128 x 64 tiles: the shapes, stages and a warp-specialized form are for a GPU
+session to tune against the bf16 kernel and cuDNN's FP8 SDPA (issue 45's targets).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import FP8_MAX, descale_problem, device_problem, head_dim_problem, tensor_problem
+from ._config import INTERPRETED
+from ._decode import _quantize
+
+FP8_HEAD_DIMS = (64, 128)
+OUT_DTYPES = (torch.bfloat16, torch.float16)
+_LOG2E = math.log2(math.e)
+
+
+@triton.jit
+def _p_fp8(p, EXACT_P: tl.constexpr):
+    """P (in [0, 1]) in e4m3 for the P·V product."""
+    if EXACT_P:
+        return _quantize(p, 1.0, tl.float8e4nv, 448.0, 3, -6)
+    return p.to(tl.float8e4nv)
+
+
+@triton.jit
+def attention_fwd_fp8(Q, K, V, O, QD, KD, VD, qk_scale,
+                      stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                      stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
+                      stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb, stride_vdh,
+                      H, GROUPS, SQ, SK,
+                      HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                      EXACT_P: tl.constexpr):
+    """grid = (cdiv(Sq, BLOCK_M), B * Hq). q/k/v e4m3 `[B, S, H, D]` (last dim contiguous), out `[B, Sq, Hq, D]`,
+    descales fp32 at D[b·stride_db + hk·stride_dh] (strides 0: one per tensor). Causal is bottom-right aligned."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUPS
+    qd = tl.load(QD + b * stride_qdb + hk * stride_qdh)
+    kd = tl.load(KD + b * stride_kdb + hk * stride_kdh)
+    vd = tl.load(VD + b * stride_vdb + hk * stride_vdh)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + b.to(tl.int64) * stride_qb + offs_m.to(tl.int64)[:, None] * stride_qs + h * stride_qh
+                + offs_d[None, :], mask=offs_m[:, None] < SQ, other=0.0)
+    scale = qk_scale * qd * kd  # log2(e) · softmax scale · both descales
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    hi = SK
+    if CAUSAL:  # the last key any row of this tile sees
+        hi = tl.maximum(tl.minimum(SK, (pid_m + 1) * BLOCK_M + SK - SQ), 0)
+    k_base = K + b.to(tl.int64) * stride_kb + hk * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + hk * stride_vh
+    for start in range(0, hi, BLOCK_N):
+        n = start + offs_n
+        k = tl.load(k_base + n.to(tl.int64)[:, None] * stride_ks + offs_d[None, :], mask=n[:, None] < SK, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale
+        keep = n[None, :] < SK
+        if CAUSAL:
+            keep = keep & (n[None, :] <= offs_m[:, None] + SK - SQ)
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet: exp2 gives 0
+        p = tl.math.exp2(s - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + n.to(tl.int64)[:, None] * stride_vs + offs_d[None, :], mask=n[:, None] < SK, other=0.0)
+        acc = tl.dot(_p_fp8(p, EXACT_P), v, acc * alpha[:, None])
+        m_i = m_new
+    out = acc * (vd / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
+    tl.store(O + b.to(tl.int64) * stride_ob + offs_m.to(tl.int64)[:, None] * stride_os + h * stride_oh
+             + offs_d[None, :], out.to(O.dtype.element_ty), mask=offs_m[:, None] < SQ)
+
+
+def fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype) -> str | None:
+    """None when the FP8 prefill can take these tensors, else why not."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if problem := tensor_problem(name, t, 4, "[B, S, H, D]", fp8_ok=True):
+            return problem
+    if not q.dtype == k.dtype == v.dtype == torch.float8_e4m3fn:
+        return (f"FP8 prefill takes q, k, v all float8_e4m3fn, got {q.dtype}, {k.dtype}, {v.dtype} (e5m2 and mixed "
+                "formats are not built)")
+    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        return f"q {tuple(q.shape)} and k/v {tuple(k.shape)}/{tuple(v.shape)} do not fit [B, S, H, D] together"
+    d, hq, hkv = q.shape[3], q.shape[2], k.shape[2]
+    if d not in FP8_HEAD_DIMS:
+        return (head_dim_problem(d) if d not in (80, 96, 256) else
+                f"head dim {d}: the FP8 prefill is built for head dims {', '.join(map(str, FP8_HEAD_DIMS))}")
+    if hkv == 0 or hq % hkv:
+        return f"query heads ({hq}) must be a multiple of kv heads ({hkv}) for GQA"
+    if len({t.device for t in (q, k, v)}) > 1:
+        return f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}"
+    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if problem := descale_problem(name, t, q.dtype, q.shape[0], hkv, q.device):
+            return problem
+    if out_dtype not in OUT_DTYPES:
+        return f"out_dtype must be bfloat16 or float16, got {out_dtype}"
+    if q.device.type == "cpu" and not INTERPRETED:
+        return device_problem(q.new_empty(0, dtype=torch.float16))
+    return None if q.device.type in ("cpu", "cuda") else f"device {q.device} is not supported"
+
+
+def _descale(t, like: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+    """(tensor, batch stride, kv-head stride) of a descale; None is 1, one element broadcasts (strides 0)."""
+    if t is None:
+        return torch.ones(1, dtype=torch.float32, device=like.device), 0, 0
+    if t.numel() == 1:
+        return t, 0, 0
+    return t, t.stride(0), t.stride(1)
+
+
+def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None,
+                  out_dtype=torch.bfloat16, *, block_m: int = 128, block_n: int = 64, num_warps: int = 8,
+                  num_stages: int = 3):
+    """Attention of e4m3 q `[B, Sq, Hq, D]` over e4m3 k/v `[B, Sk, Hkv, D]` with descales; `[B, Sq, Hq, D]` in
+    `out_dtype`. ValueError with the reason for anything it does not take."""
+    if problem := fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype):
+        raise ValueError(f"flash-triton flash_attn_func (FP8): {problem}")
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    out = torch.empty((b, sq, hq, d), dtype=out_dtype, device=q.device)
+    if b * sq * hq == 0:
+        return out
+    if sk == 0:
+        return out.zero_()
+    scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    descales = [_descale(t, q) for t in (q_descale, k_descale, v_descale)]
+    grid = (triton.cdiv(sq, block_m), b * hq)
+    attention_fwd_fp8[grid](q, k, v, out, descales[0][0], descales[1][0], descales[2][0], scale * _LOG2E,
+                            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+                            *descales[0][1:], *descales[1][1:], *descales[2][1:],
+                            hq, hq // hkv, sq, sk, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
+                            EXACT_P=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
+    return out
+
+
+__all__ = ["FP8_HEAD_DIMS", "FP8_MAX", "fp8_attention", "fp8_problem"]
