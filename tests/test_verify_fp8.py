@@ -96,23 +96,6 @@ def test_bad_kv_dtype_use_is_one_line_and_exit_2(tmp_path, capsys, argv, words):
     assert not (tmp_path / "v").exists()
 
 
-def test_the_kernel_reads_the_fp8_cache_and_passes(tmp_path):
-    """Our kernel (Triton's interpreter, in a child: the kernel module must load with it on) over the FP8 cache:
-    within the gate of its dequantised cache, its cost reported; bf16 is refused there with the reason."""
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "attnprof", "verify", "--device", "cpu", "--dtype", "fp16,bf16",
-                           "--kv-dtype", "fp8", "--cases", "chunk", "--variants", "kernel", "--seed", "5",
-                           "--out", str(tmp_path / "v")], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    data = json.loads((tmp_path / "v" / "verify.json").read_text())
-    rows = {(c["name"], c["workload"]["dtype"]): r for c in data["kernel"]["cases"] for r in c["results"]}
-    r = rows[("chunk", "fp16")]  # 33 queries over 161 keys, causal: decode's Sq=1 is the kvcache tests' own
-    assert r["status"] == "pass" and r["lossy_factor"] > 5, r
-    assert "flash_attn_with_kvcache" in r["kv_read"]
-    assert rows[("chunk", "bf16")]["status"] == "rejected" and "interpreter" in rows[("chunk", "bf16")]["reason"]
-
-
 def test_model_level_over_an_fp8_cache_gates_each_implementation_and_says_what_it_costs(tmp_path, capsys):
     rc = main(["verify", "--device", "cpu", "--model", "tiny-llama", "--dtype", "fp32,bf16", "--kv-dtype", "fp8",
                "--impls", "eager,sdpa", "--seed", "2", "--out", str(tmp_path / "v")])
@@ -145,7 +128,7 @@ def test_model_level_catches_a_wrong_descale_in_an_implementation_reading_the_fp
         assert rows[name]["status"] == "pass"  # without the FP8 cache they are the correct function
 
 
-_KERNEL_MODEL = """
+_KERNEL_CHILD = """
 import json, sys
 import attnprof.models.attention as A
 from attnprof.cli import main
@@ -156,28 +139,51 @@ def counting(k, v):
     reads.append(c is not None)
     return c
 A.fp8_of = counting
-rc = main(sys.argv[1:])
-print(json.dumps({"rc": rc, "fp8_reads": sum(reads)}))
+out, config = sys.argv[1], sys.argv[2]
+kernel_rc = main(["verify", "--device", "cpu", "--dtype", "fp16,bf16", "--kv-dtype", "fp8", "--cases", "chunk",
+                  "--variants", "kernel", "--seed", "5", "--out", out + "/kernel"])
+model_rc = main(["verify", "--device", "cpu", "--model", config, "--dtype", "fp16", "--kv-dtype", "fp8", "--impls",
+                 "eager,kernel", "--model-batch", "2", "--model-seq", "12", "--decode-tokens", "3", "--seed", "2",
+                 "--out", out + "/model"])
+print(json.dumps({"kernel_rc": kernel_rc, "model_rc": model_rc, "fp8_reads": sum(reads)}))
 """
 
 
-def test_our_kernel_reads_the_model_cache_fp8_bytes_and_passes(tmp_path):
-    """Inside a model (head dim 64, Triton's interpreter in a child), the kernel gets the FP8 bytes of the cache with
-    its descales (`models.fp8_cache.fp8_of`, counted) and passes against eager fp32 over the same cache."""
-    config = tmp_path / "config.json"
+@pytest.fixture(scope="module")
+def kernel_child(tmp_path_factory) -> tuple[dict, Path]:
+    """Our kernel under Triton's interpreter (a child: the kernel module must load with it on), both levels in one
+    process: `verify --kv-dtype fp8` on a chunk case, then a head-dim-64 model with the cache's FP8 reads counted."""
+    tmp = tmp_path_factory.mktemp("fp8-kernel")
+    config = tmp / "config.json"
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
                                   "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
                                   "vocab_size": 512, "max_position_embeddings": 256, "head_dim": 64}))
-    script = tmp_path / "count.py"
-    script.write_text(_KERNEL_MODEL)
+    script = tmp / "child.py"
+    script.write_text(_KERNEL_CHILD)
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(script), "verify", "--device", "cpu", "--model", str(config),
-                           "--dtype", "fp16", "--kv-dtype", "fp8", "--impls", "eager,kernel", "--model-batch", "2",
-                           "--model-seq", "12", "--decode-tokens", "3", "--seed", "2", "--out", str(tmp_path / "v")],
-                          capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run([sys.executable, str(script), str(tmp), str(config)], capture_output=True, text=True,
+                          env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    last = json.loads(done.stdout.strip().splitlines()[-1])
-    assert last["rc"] == 0 and last["fp8_reads"] > 0, last
-    rows = {r["impl"]: r for r in json.loads((tmp_path / "v" / "verify.json").read_text())["model"]["results"]}
+    return json.loads(done.stdout.strip().splitlines()[-1]), tmp
+
+
+def test_the_kernel_reads_the_fp8_cache_and_passes(kernel_child):
+    """Within the gate of its dequantised cache, its cost reported; bf16 is refused under the interpreter."""
+    last, tmp = kernel_child
+    assert last["kernel_rc"] == 0, last
+    data = json.loads((tmp / "kernel" / "verify.json").read_text())
+    rows = {(c["name"], c["workload"]["dtype"]): r for c in data["kernel"]["cases"] for r in c["results"]}
+    r = rows[("chunk", "fp16")]  # 33 queries over 161 keys, causal: decode's Sq=1 is the kvcache tests' own
+    assert r["status"] == "pass" and r["lossy_factor"] > 5, r
+    assert "flash_attn_with_kvcache" in r["kv_read"]
+    assert rows[("chunk", "bf16")]["status"] == "rejected" and "interpreter" in rows[("chunk", "bf16")]["reason"]
+
+
+def test_our_kernel_reads_the_model_cache_fp8_bytes_and_passes(kernel_child):
+    """Inside a model the kernel gets the FP8 bytes of the cache with its descales (`models.fp8_cache.fp8_of`,
+    counted) and passes against eager fp32 over the same cache."""
+    last, tmp = kernel_child
+    assert last["model_rc"] == 0 and last["fp8_reads"] > 0, last
+    rows = {r["impl"]: r for r in json.loads((tmp / "model" / "verify.json").read_text())["model"]["results"]}
     assert rows["kernel (kv fp8)"]["status"] == "pass" and rows["kernel"]["status"] == "pass"
