@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import (FP8_FORMAT, FP8_MAX, common_problem, descale_problem, device_problem, index_problem, refuse_unsupported,
-                      tensor_problem)
+from ._checks import (FP8_FORMAT, FP8_MAX, common_problem, descale_problem, descale_strides, device_problem,
+                      index_problem, refuse_unsupported, tensor_problem)
 from ._config import block_d
 from ._decode import kvcache_fwd, kvcache_reduce
 from ._features import PLAIN, Features, effective, kernel_args, parse_features
@@ -114,13 +114,6 @@ class _Call:
 
 
 _SERIALS = itertools.count(1)
-
-
-def _descale_strides(t) -> tuple[int, int]:
-    """(batch, kv head) strides of a descale: 0, 0 for one per tensor (or none), which broadcasts."""
-    if t is None or t.numel() == 1:
-        return 0, 0
-    return t.stride(0), t.stride(1)
 
 
 _CALLS: dict[tuple, _Call] = {}
@@ -252,8 +245,9 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
                  HAS_LEFTPAD=cache_leftpad is not None, STORE_LSE=return_softmax_lse)
     part_acc = tiles * p.num_splits * p.block_m * width if split else 0  # the accumulators; then the (m, l) pairs
     fp8 = k_cache.dtype in FP8_MAX
-    fwd_tail = (part_acc, *_descale_strides(k_descale), *_descale_strides(v_descale), *strides(q), *strides(k_cache), *strides(v_cache), *strides(k), *strides(v), *out_strides,
-                block_table.stride(0) if paged else 0, *heads)
+    fwd_tail = (part_acc, *descale_strides(k_descale), *descale_strides(v_descale), *strides(q), *strides(k_cache),
+                *strides(v_cache), *strides(k), *strides(v), *out_strides, block_table.stride(0) if paged else 0,
+                *heads)
     fwd_meta = dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_N=cfg.block_n, PAGE_SIZE=page,
                     HAS_BATCH_IDX=cache_batch_idx is not None, SPLIT=split, FUSED_REDUCE=cfg.fused_reduce,
                     BLOCK_D=width, PREFETCH=cfg.prefetch_merge, MERGE_GROUP=cfg.merge_group, **flags, **f.meta(),

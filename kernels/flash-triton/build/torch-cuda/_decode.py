@@ -141,8 +141,9 @@ def _quantize(x, descale, DST: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MANT: tl
 
     The rounding is done here in fp32, not by the cast: y + c - c with c = 1.5·2^(23 + e), e the exponent of y's
     grid spacing in the format, rounds y to that spacing (fp32 additions round to nearest even), carries into the
-    next binade and covers the subnormals; the cast then meets an exact value (division rounded as torch's). Triton's interpreter casts to FP8
-    without either (31.8 -> 16, ties up, no saturation), so this way the CPU tests check what the GPU computes."""
+    next binade and covers the subnormals; the cast then meets an exact value (the division rounded as torch's).
+    Triton's interpreter casts to FP8 without either (31.8 -> 16, ties up, no saturation), so this way the CPU tests
+    check what the GPU computes."""
     y = tl.math.div_rn(x.to(tl.float32), descale + tl.zeros_like(x.to(tl.float32)))  # correctly rounded, as torch
     y = tl.minimum(tl.maximum(y, -FP8_MAX), FP8_MAX)
     exp = ((y.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127  # y's binade (any value below FP8_EMIN: FP8_EMIN)
@@ -363,8 +364,10 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)  # the head dim padded to a power of two (80, 96 -> 128)
     k_descale = 1.0
+    v_descale = 1.0
     if DESCALE:  # an FP8 cache: the key descale joins the logit scale, the value descale scales acc at the end
         k_descale = tl.load(KDescale + b * stride_kdb + hk * stride_kdh).to(tl.float32)
+        v_descale = tl.load(VDescale + b * stride_vdb + hk * stride_vdh).to(tl.float32)
         qk_scale = qk_scale * k_descale
         softcap_in = softcap_in * k_descale
 
@@ -383,8 +386,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
             v_dst = _kv_rows(VCache, Table, b, cb, hk, pos, stride_vcb, stride_vcs, stride_vch, stride_bt, PAGE_SIZE, ok)
             if DESCALE:
                 kn = _quantize(kn, k_descale, KCache.dtype.element_ty, FP8_MAX, FP8_MANT, FP8_EMIN)
-                vn = _quantize(vn, tl.load(VDescale + b * stride_vdb + hk * stride_vdh), VCache.dtype.element_ty,
-                               FP8_MAX, FP8_MANT, FP8_EMIN)
+                vn = _quantize(vn, v_descale, VCache.dtype.element_ty, FP8_MAX, FP8_MANT, FP8_EMIN)
             tl.store(k_dst[:, None] + offs_d[None, :], kn.to(KCache.dtype.element_ty), mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D))
             tl.store(v_dst[:, None] + offs_d[None, :], vn.to(VCache.dtype.element_ty), mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D))
 
@@ -430,15 +432,15 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
             if DESCALE:  # as a later step will read them: quantized, then widened
                 k = _quantize(k, k_descale, KCache.dtype.element_ty, FP8_MAX, FP8_MANT,
                               FP8_EMIN).to(Q.dtype.element_ty)
-                v = _quantize(v, tl.load(VDescale + b * stride_vdb + hk * stride_vdh), VCache.dtype.element_ty,
-                              FP8_MAX, FP8_MANT, FP8_EMIN).to(Q.dtype.element_ty)
+                v = _quantize(v, v_descale, VCache.dtype.element_ty, FP8_MAX, FP8_MANT,
+                              FP8_EMIN).to(Q.dtype.element_ty)
             else:
                 k = k.to(KCache.dtype.element_ty)
                 v = v.to(VCache.dtype.element_ty)
             m_i, l_i, acc = _fold(m_i, l_i, acc, q, k, v, pos, ok, row_lim, qk_scale, CAUSAL, softcap_in, softcap_out,
                               win_left, win_right, SOFTCAP, WINDOW)
     if DESCALE:
-        acc = acc * tl.load(VDescale + b * stride_vdb + hk * stride_vdh).to(tl.float32)
+        acc = acc * v_descale
 
     if SPLIT:
         PartML = PartAcc + ml_off

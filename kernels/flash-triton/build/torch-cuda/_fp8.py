@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import FP8_MAX, descale_problem, device_problem, head_dim_problem, tensor_problem
+from ._checks import FP8_MAX, descale_problem, descale_strides, device_problem, tensor_problem
 from ._config import INTERPRETED
 from ._decode import _quantize
 
@@ -103,8 +103,7 @@ def fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype) -> str | No
         return f"q {tuple(q.shape)} and k/v {tuple(k.shape)}/{tuple(v.shape)} do not fit [B, S, H, D] together"
     d, hq, hkv = q.shape[3], q.shape[2], k.shape[2]
     if d not in FP8_HEAD_DIMS:
-        return (head_dim_problem(d) if d not in (80, 96, 256) else
-                f"head dim {d}: the FP8 prefill is built for head dims {', '.join(map(str, FP8_HEAD_DIMS))}")
+        return f"head dim {d}: the FP8 prefill is built for head dims {', '.join(map(str, FP8_HEAD_DIMS))}"
     if hkv == 0 or hq % hkv:
         return f"query heads ({hq}) must be a multiple of kv heads ({hkv}) for GQA"
     if len({t.device for t in (q, k, v)}) > 1:
@@ -114,18 +113,7 @@ def fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype) -> str | No
             return problem
     if out_dtype not in OUT_DTYPES:
         return f"out_dtype must be bfloat16 or float16, got {out_dtype}"
-    if q.device.type == "cpu" and not INTERPRETED:
-        return device_problem(q.new_empty(0, dtype=torch.float16))
-    return None if q.device.type in ("cpu", "cuda") else f"device {q.device} is not supported"
-
-
-def _descale(t, like: torch.Tensor) -> tuple[torch.Tensor, int, int]:
-    """(tensor, batch stride, kv-head stride) of a descale; None is 1, one element broadcasts (strides 0)."""
-    if t is None:
-        return torch.ones(1, dtype=torch.float32, device=like.device), 0, 0
-    if t.numel() == 1:
-        return t, 0, 0
-    return t, t.stride(0), t.stride(1)
+    return device_problem(q)
 
 
 def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None,
@@ -143,11 +131,12 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
     if sk == 0:
         return out.zero_()
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
-    descales = [_descale(t, q) for t in (q_descale, k_descale, v_descale)]
+    descales = (q_descale, k_descale, v_descale)
+    one = torch.ones(1, dtype=torch.float32, device=q.device) if any(t is None for t in descales) else None
     grid = (triton.cdiv(sq, block_m), b * hq)
-    attention_fwd_fp8[grid](q, k, v, out, descales[0][0], descales[1][0], descales[2][0], scale * _LOG2E,
+    attention_fwd_fp8[grid](q, k, v, out, *(one if t is None else t for t in descales), scale * _LOG2E,
                             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-                            *descales[0][1:], *descales[1][1:], *descales[2][1:],
+                            *(s for t in descales for s in descale_strides(t)),
                             hq, hq // hkv, sq, sk, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
                             EXACT_P=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
     return out

@@ -13,11 +13,11 @@ import torch
 
 from ._config import INTERPRETED, SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS
 
-# The FP8 formats a KV cache may hold, and each one's largest finite value (what appended keys saturate at)
-FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
-# ... and the decode program's constexprs for it: largest value, mantissa bits, smallest normal exponent
+# The FP8 formats the kernels take, as the decode program's constexprs: largest finite value (what appended keys
+# saturate at), mantissa bits, smallest normal exponent
 FP8_FORMAT = {torch.float8_e4m3fn: dict(FP8_MAX=448.0, FP8_MANT=3, FP8_EMIN=-6),
               torch.float8_e5m2: dict(FP8_MAX=57344.0, FP8_MANT=2, FP8_EMIN=-14)}
+FP8_MAX = {dtype: f["FP8_MAX"] for dtype, f in FP8_FORMAT.items()}
 
 
 def refuse_unsupported(entry: str, *, dropout_p: float = 0.0, window_size=(-1, -1), softcap: float | None = 0.0,
@@ -105,6 +105,13 @@ def descale_problem(name: str, t, cache_dtype: torch.dtype, batch: int, hkv: int
     if t.device != device:
         return f"{name} is on {t.device}, the other tensors on {device}"
     return None
+
+
+def descale_strides(t) -> tuple[int, int]:
+    """(batch, kv head) strides of a descale: 0, 0 for one per tensor (or none), which broadcasts."""
+    if t is None or t.numel() == 1:
+        return 0, 0
+    return t.stride(0), t.stride(1)
 
 
 def device_problem(q: torch.Tensor) -> str | None:
