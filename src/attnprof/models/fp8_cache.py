@@ -13,6 +13,8 @@ parameter gets them, so a wrong descale in either fails the model gate.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
@@ -40,8 +42,9 @@ class Fp8Layer(DynamicLayer):
         v8 = fp8_quantize(value_states, self.v_descale, self.fmt)
         self.keys8 = k8 if self.keys8 is None else torch.cat([self.keys8, k8], dim=-2)
         self.values8 = v8 if self.values8 is None else torch.cat([self.values8, v8], dim=-2)
-        self.keys = fp8_dequantize(self.keys8, self.k_descale, key_states.dtype)
-        self.values = fp8_dequantize(self.values8, self.v_descale, value_states.dtype)
+        # the new tokens dequantised onto the cache read so far (exact: the same values as dequantising it all)
+        self.keys = torch.cat([self.keys, fp8_dequantize(k8, self.k_descale, key_states.dtype)], dim=-2)
+        self.values = torch.cat([self.values, fp8_dequantize(v8, self.v_descale, value_states.dtype)], dim=-2)
         # the bytes as stored ride on the dequantised keys: an implementation with an FP8 path (our kernel, a user
         # function taking kv_cache=) reads them instead (`fp8_of`)
         self.keys._attnprof_fp8 = Fp8KV(self.keys8, self.values8, self.k_descale, self.v_descale)
@@ -61,17 +64,6 @@ class Fp8Cache(Cache):
     """One `Fp8Layer` per model layer, made as the model asks for them; `kv_dtype` "fp8" (e4m3) or "fp8_e5m2"."""
 
     def __init__(self, kv_dtype: str = "fp8") -> None:
-        fmt = KV_DTYPES[kv_dtype]
-        layers = _LayerFactory(fmt)
-        super().__init__(layer_class_to_replicate=layers)
+        # `layer_class_to_replicate` is called with no arguments for each new layer
+        super().__init__(layer_class_to_replicate=functools.partial(Fp8Layer, KV_DTYPES[kv_dtype]))
         self.kv_dtype = kv_dtype
-
-
-class _LayerFactory:
-    """`Cache(layer_class_to_replicate=...)` calls it with no arguments for each new layer."""
-
-    def __init__(self, fmt: torch.dtype) -> None:
-        self.fmt = fmt
-
-    def __call__(self) -> Fp8Layer:
-        return Fp8Layer(self.fmt)

@@ -202,9 +202,7 @@ def verify_model(preset: str, impls: Callable[[str, object], Sequence[AttentionI
         if on_step:
             on_step(f"eager {dtype}")
         base_logits, base_tokens = _forward(model, ids, mask), _greedy(model, ids, mask, decode_tokens)
-        base = agreement(base_logits, ref_logits, valid, base_tokens, ref_tokens)
-        base = agreement(base_logits, ref_logits, valid, base_tokens, ref_tokens,
-                         margin=decisive_margin(base.max_abs, dtype, rule))
+        base = _baseline(base_logits, base_tokens, ref_logits, ref_tokens, valid, dtype, rule)
         results.append(ModelResult("eager", dtype, "baseline", agreement=base))
         listed = impls(dtype, ref_model.config)
         for impl in listed:
@@ -217,10 +215,14 @@ def verify_model(preset: str, impls: Callable[[str, object], Sequence[AttentionI
         if fp8_ref is not None:
             if on_step:
                 on_step(f"eager {dtype}, {kv_dtype} KV cache")
-            results += _fp8_runs(model, listed, dtype, kv_dtype, ids, mask, valid, fp8_ref, rule, decode_tokens,
-                                 on_step)
-            costs[dtype] = _fp8_cost(model, dtype, kv_dtype, ids, mask, valid, base_logits, base_tokens, rule,
-                                     decode_tokens)
+            eager8 = fp8_ref if model is ref_model else (_forward(model, ids, mask, kv_dtype),
+                                                         _greedy(model, ids, mask, decode_tokens, kv_dtype))
+            results += _fp8_runs(model, listed, dtype, kv_dtype, ids, mask, valid, fp8_ref, eager8, rule,
+                                 decode_tokens, on_step)
+            # what the cache costs the model in this dtype: eager over it against eager over the unquantized cache
+            cost = agreement(eager8[0], base_logits, valid, eager8[1], base_tokens,
+                             margin=decisive_margin(0.0, dtype, rule))
+            costs[dtype] = {"against": f"eager {dtype}, unquantized KV cache", **cost.to_json()}
         model.set_attn_implementation("eager")
         if model is not ref_model:
             del model
@@ -231,13 +233,17 @@ def verify_model(preset: str, impls: Callable[[str, object], Sequence[AttentionI
             "fp8_cost": costs or None, "results": [r.to_json() for r in results], "_results": results}
 
 
-def _fp8_runs(model, impls, dtype, kv_dtype, ids, mask, valid, fp8_ref, rule, n, on_step) -> list[ModelResult]:
-    """Eager over the FP8 cache in `dtype` (the baseline row), then each implementation over it, judged against
-    eager fp32 over the same cache (`fp8_ref`: its logits and greedy tokens)."""
+def _baseline(logits, tokens, ref_logits, ref_tokens, valid, dtype: str, rule: ModelRule) -> LogitsAgreement:
+    """Eager's agreement in `dtype` with the reference, its decisive positions set by its own max |Δ logits|."""
+    a = agreement(logits, ref_logits, valid, tokens, ref_tokens)
+    return agreement(logits, ref_logits, valid, tokens, ref_tokens, margin=decisive_margin(a.max_abs, dtype, rule))
+
+
+def _fp8_runs(model, impls, dtype, kv_dtype, ids, mask, valid, fp8_ref, eager8, rule, n, on_step) -> list[ModelResult]:
+    """Eager over the FP8 cache in `dtype` (`eager8`: its logits and greedy tokens; the baseline row), then each
+    implementation over it, judged against eager fp32 over the same cache (`fp8_ref`)."""
     ref_logits, ref_tokens = fp8_ref
-    logits, tokens = _forward(model, ids, mask, kv_dtype), _greedy(model, ids, mask, n, kv_dtype)
-    base = agreement(logits, ref_logits, valid, tokens, ref_tokens)
-    base = agreement(logits, ref_logits, valid, tokens, ref_tokens, margin=decisive_margin(base.max_abs, dtype, rule))
+    base = _baseline(*eager8, ref_logits, ref_tokens, valid, dtype, rule)
     rows = [ModelResult(f"eager (kv {kv_dtype})", dtype, "baseline", agreement=base)]
     for impl in impls:
         if impl.name == "eager":
@@ -247,14 +253,6 @@ def _fp8_runs(model, impls, dtype, kv_dtype, ids, mask, valid, fp8_ref, rule, n,
         r = _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base, rule, n, kv_dtype)
         rows.append(dataclasses.replace(r, impl=f"{r.impl} (kv {kv_dtype})"))
     return rows
-
-
-def _fp8_cost(model, dtype, kv_dtype, ids, mask, valid, logits16, tokens16, rule, n) -> dict:
-    """What the FP8 cache costs the model in `dtype`: eager over it against eager over the 16-bit cache."""
-    logits, tokens = _forward(model, ids, mask, kv_dtype), _greedy(model, ids, mask, n, kv_dtype)
-    a = agreement(logits, logits16, valid, tokens, tokens16)
-    a = agreement(logits, logits16, valid, tokens, tokens16, margin=decisive_margin(0.0, dtype, rule))
-    return {"against": f"eager {dtype}, unquantized KV cache", **a.to_json()}
 
 
 def _run_impl(model, impl, dtype, ids, mask, valid, ref_logits, ref_tokens, base, rule, n,

@@ -7,6 +7,7 @@ Every variant's callable takes `Inputs` (q `[B, Hq, Sq, D]`, k/v `[B, Hkv, Sk, D
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,6 +32,18 @@ class Rejected:
 
 
 Support = Accepted | Rejected
+
+
+def takes_keywords(fn, *names: str) -> bool:
+    """Whether callable `fn`'s signature names every one of `names` (False when it is not callable or has no
+    signature to read)."""
+    if not callable(fn):
+        return False
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return all(n in params for n in names)
 
 
 def always(workload: Workload) -> Support:

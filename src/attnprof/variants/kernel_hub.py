@@ -16,7 +16,6 @@ kernel's `flash_attn_varlen_func` (`kernel_padded.py`: unpad, run, scatter back)
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import torch
 
 from attnprof.backends import register_kernel_module
 from attnprof.errors import UsageError, first_line
-from attnprof.variants.base import Accepted, Rejected, Support, Variant
+from attnprof.variants.base import Accepted, Rejected, Support, Variant, takes_keywords
 from attnprof.variants.kernel_padded import PADDED_MASKS, padded_attention
 from attnprof.workload import Inputs, Workload
 
@@ -181,7 +180,7 @@ def _fp8_support(workload: Workload, module, spec: KernelSpec, on_cpu: bool, not
     """An FP8 KV cache reaches a kernel through `flash_attn_with_kvcache` with flash-attn's descales (the whole cache
     as each sequence's keys); without that entry point the kernel has no FP8 path, which is a rejection, never a
     silent bf16 run."""
-    if not _takes_descales(getattr(module, "flash_attn_with_kvcache", None)):
+    if not takes_keywords(getattr(module, "flash_attn_with_kvcache", None), "k_descale", "v_descale"):
         return Rejected(f"kernel: {spec.label()} has no flash_attn_with_kvcache taking k_descale/v_descale: no FP8 "
                         "KV-cache path")
     if workload.mask != "none":
@@ -194,16 +193,6 @@ def _fp8_support(workload: Workload, module, spec: KernelSpec, on_cpu: bool, not
         return Rejected("kernel: an FP8 KV cache with fp32 queries: flash_attn_with_kvcache takes fp16 or bf16")
     return Accepted("; ".join(filter(None, [note, f"reads the {workload.kv_dtype} cache through "
                                                   "flash_attn_with_kvcache (k_descale, v_descale)"])))
-
-
-def _takes_descales(fn) -> bool:
-    if not callable(fn):
-        return False
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "k_descale" in params and "v_descale" in params
 
 
 def kernel_attention(inputs: Inputs, spec: KernelSpec = DEFAULT) -> torch.Tensor:

@@ -21,7 +21,7 @@ import inspect
 import torch
 
 from attnprof.errors import UsageError, VariantFailed, first_line
-from attnprof.variants.base import Accepted, Rejected, Support, Variant
+from attnprof.variants.base import Accepted, Rejected, Support, Variant, takes_keywords
 from attnprof.workload import Inputs, Workload
 
 
@@ -58,7 +58,7 @@ def load_user_variant(spec: str) -> Variant:
     if not callable(fn):
         raise UsageError(f"variant {spec!r} is not callable")
     takes_mask = _check_signature(spec, fn)
-    takes_cache = _takes_kv_cache(fn)
+    takes_cache = takes_keywords(fn, "kv_cache")  # the FP8 cache as stored (see the module docstring)
 
     def run(inputs: Inputs) -> torch.Tensor:
         try:
@@ -92,14 +92,6 @@ def load_user_variant(spec: str) -> Variant:
                    fp8_path="the FP8 bytes, as kv_cache=" if takes_cache else None,
                    description=(inspect.getdoc(fn) or "user function").splitlines()[0],
                    recipe=(load_user_variant, (spec,)))
-
-
-def _takes_kv_cache(fn) -> bool:
-    """Whether fn names a `kv_cache` parameter (the FP8 cache as stored; see the module docstring)."""
-    try:
-        return "kv_cache" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _check_signature(spec: str, fn) -> bool:
