@@ -145,7 +145,54 @@ kernel_rc = main(["verify", "--device", "cpu", "--dtype", "fp16,bf16", "--kv-dty
 model_rc = main(["verify", "--device", "cpu", "--model", config, "--dtype", "fp16", "--kv-dtype", "fp8", "--impls",
                  "eager,kernel", "--model-batch", "2", "--model-seq", "12", "--decode-tokens", "3", "--seed", "2",
                  "--out", out + "/model"])
-print(json.dumps({"kernel_rc": kernel_rc, "model_rc": model_rc, "fp8_reads": sum(reads)}))
+
+# serve's production decode over an FP8 static cache: generate compiled by dynamo (backend "eager": the trace, the
+# static cache and the custom op as on a GPU, without inductor), against eager over the FP8 cache verify uses
+import torch
+from attnprof.models import build_model
+from attnprof.models import kernel_cache as KC
+from attnprof.models.attention import resolve_impls
+from attnprof.models.fp8_cache import Fp8Cache, Fp8StaticCache, cache_argument
+from attnprof.serving.loops import _generation_config, measure_static_decode
+from attnprof.serving.throughput import _prompt
+
+kernel = resolve_impls("kernel", "cpu")[0]
+model = build_model(config, attn_implementation="eager", dtype="fp16", device="cpu", seed=3)
+ids = _prompt(model.config, 2, 10, "cpu", 3)
+descaled = []
+module = KC._CACHE_MODULES[0]  # the kernel's calls inside the custom op (opaque to dynamo: counting adds no guard)
+entry = module.flash_attn_with_kvcache
+def counting(*a, **kw):
+    descaled.append(kw.get("k_descale") is not None)
+    return entry(*a, **kw)
+module.flash_attn_with_kvcache = counting
+
+def generate(cache, compiled, **kw):
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), **{cache_argument(model): cache}, **kw,
+                         generation_config=_generation_config(6, 24, compiled, "eager", check=True, own_cache=True))
+    return out.sequences, torch.stack([x.float() for x in out.logits])
+
+ref_tokens, ref_logits = generate(Fp8Cache("fp8"), False)
+model.set_attn_implementation(kernel.attn_implementation)
+static = Fp8StaticCache(model.config, max_cache_len=24)
+tokens, logits = generate(static, True)
+serve = {"tokens_equal": bool(torch.equal(tokens, ref_tokens)),
+         "max_logit_diff": float((logits - ref_logits).abs().max()), "logit_scale": float(ref_logits.abs().max()),
+         "fp8_calls": sum(descaled), "calls": len(descaled)}
+# a key descale doubled in place after the prompt, between two calls of the same compiled step (a logits processor
+# runs outside it): the step must read the live descale, not a constant baked in when dynamo traced it
+def doubling(input_ids, scores):
+    if input_ids.shape[1] == ids.shape[1] + 1:  # after the first decode step
+        static.layers[0].k_descale.mul_(2)
+    return scores
+static.reset()
+_, wrong = generate(static, True, logits_processor=[doubling])
+serve["doubled_descale_diff"] = float((wrong - ref_logits).abs().max())
+torch._dynamo.reset()
+point = measure_static_decode(model, "kernel (kv fp8)", batch=2, context=10, new_tokens=6, device="cpu", reps=1,
+                              backend="eager", kv_dtype="fp8")
+serve["point"] = {"status": point.status, "kv_dtype": point.kv_dtype, "graph_breaks": point.graph_breaks}
+print(json.dumps({"kernel_rc": kernel_rc, "model_rc": model_rc, "fp8_reads": sum(reads), "serve": serve}))
 """
 
 
@@ -187,3 +234,15 @@ def test_our_kernel_reads_the_model_cache_fp8_bytes_and_passes(kernel_child):
     assert last["model_rc"] == 0 and last["fp8_reads"] > 0, last
     rows = {r["impl"]: r for r in json.loads((tmp / "model" / "verify.json").read_text())["model"]["results"]}
     assert rows["kernel (kv fp8)"]["status"] == "pass" and rows["kernel"]["status"] == "pass"
+
+
+def test_production_decode_over_an_fp8_static_cache_reads_the_bytes_and_matches_eager_over_fp8(kernel_child):
+    """`serve --kv-dtype fp8`'s step: generate compiled by dynamo over `Fp8StaticCache` with our kernel reading the
+    FP8 bytes (every decode call passes descales) gives eager-over-the-FP8-cache's tokens and logits to fp16
+    rounding; a key descale doubled after the prompt moves them (the compiled step reads the live descale)."""
+    serve = kernel_child[0]["serve"]
+    assert serve["tokens_equal"], serve
+    assert serve["max_logit_diff"] < 1e-2 * max(1.0, serve["logit_scale"]), serve
+    assert serve["fp8_calls"] >= 5 and serve["fp8_calls"] == serve["calls"], serve  # 5 decode steps x 1 layer
+    assert serve["doubled_descale_diff"] > 20 * serve["max_logit_diff"], serve
+    assert serve["point"] == {"status": "ok", "kv_dtype": "fp8", "graph_breaks": 0}, serve

@@ -39,6 +39,9 @@ def register(sub) -> None:
     g.add_argument("--new-tokens", type=int, default=None, help="tokens generated per row in decode (>= 2)")
     g.add_argument("--reps", type=int, default=5, help="timed prefill calls per point (median; default 5)")
     g.add_argument("--no-share", action="store_true", help="skip the profiler pass (no attention share)")
+    g.add_argument("--kv-dtype", default=None, metavar="fp8|fp8_e5m2",
+                   help="also run production decode over an FP8 static KV cache (rows '<impl> (kv fp8)'): only an "
+                        "implementation reading FP8 (the kernel) runs it, the others say why not")
     c = p.add_argument_group("continuous batching")
     c.add_argument("--requests", type=int, default=None, help="number of requests in the stream")
     c.add_argument("--rate", type=float, default=None, help="Poisson arrival rate, requests per second")
@@ -87,7 +90,7 @@ def settings(args: argparse.Namespace, device: str):
         max_prompt=args.max_prompt, max_output=args.max_output, request_file=args.request_file,
         stream_timeout=args.stream_timeout, max_batch_tokens=args.max_batch_tokens, num_blocks=args.num_blocks,
         warmup_requests=args.warmup_requests, sweep_concurrency=args.sweep_concurrency,
-        slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms)
+        slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms, kv_dtype=args.kv_dtype)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -35,10 +35,10 @@ import torch
 
 from attnprof.dispatch.sdpa_checks import BACKENDS, backend_refusal
 from attnprof.errors import UsageError
-from attnprof.models.fp8_cache import fp8_of
+from attnprof.models.fp8_cache import FP8_DTYPES, fp8_of, static_fp8
 from attnprof.models.kernel_cache import kernel_over_cache, register_cache_kernel
 from attnprof.variants import THIRD_PARTY, adapters
-from attnprof.variants.base import Variant, check_output
+from attnprof.variants.base import Variant, check_output, takes_keywords
 from attnprof.variants.kernel_hub import DEFAULT, kernel_variant, load
 from attnprof.variants.user import load_user_variant
 from attnprof.workload import DTYPES, Inputs, Workload
@@ -50,6 +50,17 @@ _NOT_TAKEN = ("sliding_window", "softcap", "s_aux")  # attention features a `Var
 # ... except the `kernel` variant's, whose repo says it computes them (`MODEL_FEATURES`, flash-attn's argument names)
 _FLASH_NAMES = {"softcap": "softcap", "sliding_window": "window_size", "s_aux": "s_aux"}
 TAKES: dict[str, tuple[str, ...]] = {}  # attn_implementation -> the features of `_NOT_TAKEN` its adapter passes on
+READS_FP8: set[str] = set()  # attn_implementations that attend over an FP8 static cache's bytes (`fp8_cache_refusal`)
+
+
+def fp8_cache_refusal(impl: AttentionImpl) -> str | None:
+    """None when `impl` attends over an FP8 KV cache as stored (`models.fp8_cache.Fp8StaticCache`), else why not."""
+    if impl.rejected:
+        return impl.rejected
+    if impl.attn_implementation in READS_FP8:
+        return None
+    return (f"{impl.name} reads no FP8 KV cache: only a kernel whose flash_attn_with_kvcache takes k_descale/v_descale "
+            "attends over the FP8 bytes (dequantising the whole cache every step is not what a serving engine does)")
 
 
 def takes(attn_implementation: str) -> tuple[str, ...]:
@@ -172,7 +183,14 @@ def register_variant(variant: Variant) -> str:
         if reason is not None:
             raise ValueError(reason)
         window = int(asked["sliding_window"]) - 1 if "sliding_window" in asked else -1  # keys i - w < j <= i
-        fp8 = None if torch.compiler.is_compiling() else fp8_of(key, value)  # an FP8 cache's bytes (fp8_cache.py)
+        fp8 = static_fp8(module, key, value)  # an Fp8StaticCache's bytes (serve --kv-dtype fp8), compiled or not
+        if fp8 is None and key.dtype in FP8_DTYPES:
+            raise ValueError(f"{variant.name}: FP8 keys from a cache that is not this layer's Fp8StaticCache")
+        if fp8 is not None and cache is None:
+            raise ValueError(f"{variant.name}: an FP8 static cache is read through flash_attn_with_kvcache only, "
+                             "which this call (no KV-cache mask, or a variant without it) does not reach")
+        if fp8 is None and not torch.compiler.is_compiling():
+            fp8 = fp8_of(key, value)  # an Fp8Cache's bytes riding on its dequantised keys (verify --model)
         if cache is not None:
             out = kernel_over_cache(cache, variant.name, query, key, value, attention_mask, scale,
                                     softcap=asked.get("softcap") or 0.0, window_left=window, s_aux=asked.get("s_aux"),
@@ -196,6 +214,8 @@ def register_variant(variant: Variant) -> str:
         return out.transpose(1, 2).contiguous(), None  # [B, Hq, Sq, D] -> [B, Sq, Hq, D], as transformers expects
 
     name = attn_name(variant)
+    if cache_kernel is not None and takes_keywords(cache_kernel.flash_attn_with_kvcache, "k_descale", "v_descale"):
+        READS_FP8.add(name)
     AttentionInterface.register(name, forward)
     AttentionMaskInterface.register(name, sdpa_mask)
     TAKES[name] = taken

@@ -9,18 +9,28 @@ dtype, which power-of-two descales make exact: every implementation (eager, sdpa
 each implementation still agrees with eager attention over the same cache. The stored bytes ride along (`fp8_of`):
 our kernel reads them through `flash_attn_with_kvcache` with the descales, and a user function with a `kv_cache=`
 parameter gets them, so a wrong descale in either fails the model gate.
+
+`Fp8StaticCache` is the serving cache (`serve --kv-dtype fp8`, the production loop): a transformers `StaticCache`
+whose layers preallocate only the FP8 bytes (half the bf16 cache) at static addresses, so `generate`'s compiled
+decode step and its CUDA graph take it as they take the bf16 static cache. There is no dequantised copy: after the
+prompt, `update` returns the FP8 tensors themselves, and only an implementation that reads FP8 (our kernel's
+`flash_attn_with_kvcache` with `k_descale`/`v_descale`) can attend over them; it finds the descales by the layer
+(`static_fp8`), which works inside a compiled graph, where a tensor attribute would not. The prompt (the first,
+uncompiled call) is attended dequantised, which is exact.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache, DynamicLayer, StaticCache, StaticLayer
 
 from attnprof.workload import KV_DTYPES, Fp8KV, fp8_dequantize, fp8_descale, fp8_quantize
 
 HEADROOM = 2.0  # one binade above the prompt's largest |k| / |v| before a later token saturates
+FP8_DTYPES = frozenset(KV_DTYPES.values())
 
 
 class Fp8Layer(DynamicLayer):
@@ -51,6 +61,12 @@ class Fp8Layer(DynamicLayer):
         return self.keys, self.values
 
 
+def cache_argument(model) -> str:
+    """The name under which `model`'s forward and `generate` take a cache object: "cache" (transformers 5.24) or
+    "past_key_values" (5.17, deprecated in 5.24)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def fp8_of(key: torch.Tensor, value: torch.Tensor) -> Fp8KV | None:
     """The FP8 cache behind `key`/`value` when they are an `Fp8Layer`'s dequantised cache (the same tensors, not a
     slice or copy of them), else None."""
@@ -67,3 +83,91 @@ class Fp8Cache(Cache):
         # `layer_class_to_replicate` is called with no arguments for each new layer
         super().__init__(layer_class_to_replicate=functools.partial(Fp8Layer, KV_DTYPES[kv_dtype]))
         self.kv_dtype = kv_dtype
+
+
+class Fp8StaticLayer(StaticLayer):
+    """A `StaticLayer` storing FP8 bytes: `keys`/`values` `[B, Hkv, max_len, D]` in the FP8 format, fp32 descales
+    `[B, Hkv]` fixed by the first call after a reset (the prompt), all at static addresses."""
+
+    def __init__(self, max_cache_len: int, fmt: torch.dtype = torch.float8_e4m3fn, **kwargs) -> None:
+        super().__init__(max_cache_len, **kwargs)
+        self.fmt = fmt
+        self.scaled = False  # a plain bool: False in the prompt's (eager) call, True in the compiled decode steps
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        b, h, _, d = key_states.shape
+        self.device, self.batch_size, self.num_heads = key_states.device, b, h
+        self.k_head_dim, self.v_head_dim = d, value_states.shape[-1]
+        self.keys = torch.zeros(b, h, self.max_cache_len, d, dtype=self.fmt, device=self.device)
+        self.values = torch.zeros(b, h, self.max_cache_len, self.v_head_dim, dtype=self.fmt, device=self.device)
+        self.k_descale = torch.ones(b, h, dtype=torch.float32, device=self.device)
+        self.v_descale = torch.ones(b, h, dtype=torch.float32, device=self.device)
+        self.cumulative_length = self.cumulative_length.to(self.device)
+        if not torch.compiler.is_compiling():  # as StaticLayer: fixed data pointers for CUDA graphs
+            for t in (self.keys, self.values, self.k_descale, self.v_descale, self.cumulative_length):
+                torch._dynamo.mark_static_address(t)
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        prompt = not self.scaled
+        if prompt:
+            self.k_descale.copy_(fp8_descale(key_states, self.fmt, HEADROOM))
+            self.v_descale.copy_(fp8_descale(value_states, self.fmt, HEADROOM))
+            self.scaled = True
+        n = key_states.shape[-2]
+        pos = torch.arange(n, device=self.device) + self.cumulative_length
+        self.cumulative_length.add_(n)
+        # through uint8 views: index_copy_ has no float8 kernel on every device
+        for store, new, descale in ((self.keys, key_states, self.k_descale), (self.values, value_states,
+                                                                              self.v_descale)):
+            store.view(torch.uint8).index_copy_(2, pos, fp8_quantize(new, descale, self.fmt).view(torch.uint8))
+        if prompt:  # attended dequantised (exact); every later call reads the bytes
+            return (fp8_dequantize(self.keys, self.k_descale, key_states.dtype),
+                    fp8_dequantize(self.values, self.v_descale, value_states.dtype))
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        self.scaled = False
+        self.cumulative_length.zero_()
+        if self.is_initialized:  # in place: the addresses stay (zero_ through uint8, as update writes)
+            for t in (self.keys, self.values):
+                t.view(torch.uint8).zero_()
+            self.k_descale.fill_(1.0)
+            self.v_descale.fill_(1.0)
+
+
+_LIVE: dict[int, Fp8StaticLayer] = {}  # layer index -> the layer of the newest Fp8StaticCache (see static_fp8)
+
+
+class Fp8StaticCache(StaticCache):
+    """`StaticCache` of `Fp8StaticLayer`s for `config` (every layer full attention); `kv_dtype` "fp8" or "fp8_e5m2".
+    The newest one made is the one `static_fp8` finds: serve one at a time."""
+
+    def __init__(self, config, max_cache_len: int, kv_dtype: str = "fp8") -> None:
+        types = getattr(config.get_text_config(decoder=True), "layer_types", None) or []
+        if any(t != "full_attention" for t in types):
+            raise ValueError(f"an FP8 static cache holds full-attention layers only; this model has "
+                             f"{sorted(set(types))}")
+        super().__init__(config, max_cache_len=max_cache_len)
+        self.kv_dtype = kv_dtype
+        self.layers = [Fp8StaticLayer(max_cache_len, KV_DTYPES[kv_dtype]) for _ in self.layers]
+        _LIVE.clear()
+        _LIVE.update(enumerate(self.layers))
+
+    def reset(self) -> None:
+        for layer in self.layers:
+            layer.reset()
+
+
+def static_fp8(module, key: torch.Tensor, value: torch.Tensor) -> Fp8KV | None:
+    """The FP8 bytes and descales when `key`/`value` are FP8 tensors from an `Fp8StaticCache`'s layer of the
+    attention `module` (its `layer_idx`), else None. Works while dynamo traces (a global dict and a layer's
+    attributes, where a tensor's own attribute would not be seen)."""
+    if key.dtype not in FP8_DTYPES:
+        return None
+    layer = _LIVE.get(getattr(module, "layer_idx", -1))
+    if layer is None or not layer.is_initialized or layer.keys.shape != key.shape:
+        return None
+    return Fp8KV(key, value, layer.k_descale, layer.v_descale)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -106,10 +105,9 @@ def _cache_kw(model, kv_dtype: str | None) -> dict:
     """`{<the model's cache argument>: a fresh Fp8Cache}` with an FP8 KV cache, else {} (transformers' default)."""
     if kv_dtype is None:
         return {}
-    from attnprof.models.fp8_cache import Fp8Cache
+    from attnprof.models.fp8_cache import Fp8Cache, cache_argument
 
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # 5.24: cache
-    return {name: Fp8Cache(kv_dtype), "use_cache": True}
+    return {cache_argument(model): Fp8Cache(kv_dtype), "use_cache": True}
 
 
 def _forward(model, ids, mask, kv_dtype: str | None = None) -> torch.Tensor:

@@ -24,6 +24,11 @@ import time
 import torch
 
 LOOPS = ("as-shipped", "production")
+KV_SUFFIX = " (kv "  # a row over an FP8 static cache is named "<impl> (kv fp8)" (`kv_row_name`)
+
+
+def kv_row_name(impl: str, kv_dtype: str) -> str:
+    return f"{impl}{KV_SUFFIX}{kv_dtype})"
 
 
 def parse_loops(text: str) -> list[str]:
@@ -60,11 +65,12 @@ def unavailable(loop: str, mode: str, device: str) -> str | None:
 
 
 def _generation_config(new: int, max_len: int, compile_: bool, backend: str = "inductor", *, check: bool = False,
-                       prefill_chunk: int | None = None):
+                       prefill_chunk: int | None = None, own_cache: bool = False):
     from transformers import GenerationConfig
 
-    kw = dict(do_sample=False, max_new_tokens=new, min_new_tokens=new, eos_token_id=None, pad_token_id=0,
-              cache_implementation="static", max_cache_len=max_len)  # one KV length for every call
+    kw = dict(do_sample=False, max_new_tokens=new, min_new_tokens=new, eos_token_id=None, pad_token_id=0)
+    if not own_cache:  # else the caller passes its static cache (past_key_values)
+        kw.update(cache_implementation="static", max_cache_len=max_len)  # one KV length for every call
     if prefill_chunk:  # transformers' chunked prefill: the prompt in pieces of this many tokens
         kw["prefill_chunk_size"] = prefill_chunk
     if check:  # the untimed first call keeps its logits: a NaN (a mask the kernel refused inside the graph) fails
@@ -81,8 +87,10 @@ def _generation_config(new: int, max_len: int, compile_: bool, backend: str = "i
 
 def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tokens: int, device: str,
                           seed: int = 0, reps: int = 3, compile_: bool = True, backend: str = "inductor",
-                          prefill_chunk: int | None = None):
+                          prefill_chunk: int | None = None, kv_dtype: str | None = None):
     """The production `generate`: static cache (+ compile reduce-overhead); ms/token from whole calls (see above).
+    `kv_dtype` "fp8"/"fp8_e5m2": the static cache is `models.fp8_cache.Fp8StaticCache` (FP8 bytes, reset before
+    each call), which only an implementation reading FP8 can attend over (serve --kv-dtype).
 
     A number from a step that did not run as one compiled graph is not a production number: when dynamo hits its
     recompile limit during the calls (it then runs the function unfused, as a graph-breaking attention did at batch
@@ -102,17 +110,27 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
         raise CheckFailed(f"decode {impl} production: --new-tokens {n2} is too few to time (needs >= 3)")
     ids = _prompt(model.config, batch, context, device, seed)  # [B, S]
     max_len = context + n2 + 8
+    cache = None
+    if kv_dtype:
+        from attnprof.models.fp8_cache import Fp8StaticCache, cache_argument
+
+        cache = Fp8StaticCache(model.config, max_cache_len=max_len, kv_dtype=kv_dtype)
 
     def sync() -> None:
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)
 
     def call(new: int, check: bool = False) -> float:
+        own = {}
+        if cache is not None:
+            cache.reset()
+            own[cache_argument(model)] = cache
         sync()
         t = time.perf_counter()
         out = model.generate(ids, attention_mask=torch.ones_like(ids),
                              generation_config=_generation_config(new, max_len, compile_, backend, check=check,
-                                                                 prefill_chunk=prefill_chunk))
+                                                                 prefill_chunk=prefill_chunk, own_cache=bool(own)),
+                             **own)
         sync()
         seconds = time.perf_counter() - t
         if check:
@@ -152,7 +170,8 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
                  itl_ms={"p50": ms, "p99": max(per_token) * 1e3, "min": min(per_token) * 1e3,
                          "max": max(per_token) * 1e3},
                  itl_repeat_ms={}, cold_s=first, loop="production", prefill_chunk=prefill_chunk,
-                 graph_breaks=sum(counters["graph_break"].values()) - breaks_before if compile_ else None)
+                 graph_breaks=sum(counters["graph_break"].values()) - breaks_before if compile_ else None,
+                 kv_dtype=kv_dtype)
 
 
 def _gain_range(base: dict, row: dict) -> tuple[float, float] | None:
@@ -178,7 +197,7 @@ def comparisons(loop: str, decode: list[dict], stream: list[dict]) -> str:
             if impl == "eager":
                 continue
             said = []
-            for base in ("eager", "sdpa"):
+            for base in ("eager", "sdpa", *([impl.split(KV_SUFFIX)[0]] if KV_SUFFIX in impl else [])):
                 b = rows.get(base)
                 if b is None or base == impl or not b["tokens_per_s"]:
                     continue

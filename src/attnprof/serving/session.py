@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from attnprof.serving.loops import KV_SUFFIX, kv_row_name
 from attnprof.serving.settings import ServeSettings
 
 
@@ -18,8 +19,9 @@ def steps(s: ServeSettings, impls) -> int:
     """How many progress steps `serve` reports: one per point and per stream."""
     points = len(s.cells("prefill")) if "prefill" in s.modes else 0
     points += len(s.loops) * len(s.cells("decode")) if "decode" in s.modes else 0
+    kv_rows = len(s.cells("decode")) if s.kv_dtype else 0  # production decode over the FP8 cache, per impl
     streams = len(s.loops) * (1 + len(s.stream.sweep)) if s.stream is not None else 0
-    return (points + streams) * len(impls)
+    return (points + kv_rows + streams) * len(impls)
 
 
 def serve(s: ServeSettings, impls, *, on_progress: Callable[[str, bool], None] | None = None,
@@ -72,7 +74,18 @@ def serve(s: ServeSettings, impls, *, on_progress: Callable[[str, bool], None] |
                     if checkpoint is not None:
                         checkpoint(data)
                     progress(label, True)
-            where[loop][mode].sort(key=lambda r: order[r["impl"]])  # the tables list each implementation's rows
+                if mode == "decode" and loop == "production" and s.kv_dtype:
+                    for impl in impls:  # the same cell over the FP8 static cache
+                        label = f"decode {kv_row_name(impl.name, s.kv_dtype)} (production) batch {batch} " \
+                                f"context {context}"
+                        progress(label, False)
+                        point = _static_point(model, impl, mode, batch, context, s, loop, kv_dtype=s.kv_dtype)
+                        where[loop][mode].append(point.to_json())
+                        if checkpoint is not None:
+                            checkpoint(data)
+                        progress(label, True)
+            # the tables list each implementation's rows, each one's FP8-cache rows after its own
+            where[loop][mode].sort(key=lambda r: (order[r["impl"].split(KV_SUFFIX)[0]], KV_SUFFIX in r["impl"]))
     if s.stream is not None:
         for loop in loops:
             where[loop]["continuous"]["stream"] = s.stream.to_json()
@@ -167,8 +180,13 @@ def _stream(model, impl, loop: str, s: ServeSettings, progress, concurrency: int
                                      requests=len(reqs))
 
 
-def _static_point(model, impl, mode: str, batch: int, context: int, s: ServeSettings, loop: str = "as-shipped"):
-    """One prefill or decode measurement through `run.attempt`: a failure is a row with its status and reason."""
+def _static_point(model, impl, mode: str, batch: int, context: int, s: ServeSettings, loop: str = "as-shipped",
+                  kv_dtype: str | None = None):
+    """One prefill or decode measurement through `run.attempt`: a failure is a row with its status and reason.
+    `kv_dtype` (production decode only): over an FP8 static cache, in a row named `kv_row_name`."""
+    import dataclasses
+
+    from attnprof.models.attention import fp8_cache_refusal
     from attnprof.models.features import refusal_on_forward, switch
     from attnprof.run import attempt
     from attnprof.serving.loops import measure_static_decode, on_masked_path, repeats_kv, unavailable
@@ -177,44 +195,48 @@ def _static_point(model, impl, mode: str, batch: int, context: int, s: ServeSett
     device = s.device
     if loop == "production":  # the static cache always passes SDPA a mask: K/V repeated, no GQA
         impl = on_masked_path(impl, model, device)
+    why = None
+    if kv_dtype:
+        why = fp8_cache_refusal(impl)
+        impl = dataclasses.replace(impl, name=kv_row_name(impl.name, kv_dtype))
 
-    why = impl.rejected or unavailable(loop, mode, device)
+
+    def row(status: str, reason: str, **kw) -> Point:
+        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status=status, reason=reason, loop=loop,
+                     kv_dtype=kv_dtype, **kw)
+
+    why = why or impl.rejected or unavailable(loop, mode, device)
     if why:
-        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected", reason=why,
-                     loop=loop)
+        return row("rejected", why)
     from attnprof.memory_fit import model_point_misfit, prefill_chunk
 
     seq = context + (s.new_tokens if mode == "decode" else 0)
     misfit = model_point_misfit(model.config, s.dtype, device, batch, seq, prefill=mode == "prefill",
                                 repeated_kv=repeats_kv(impl, loop))
     if misfit:  # a grid's cell past the device's memory: said, not attempted (`settings.check_memory` took the smallest)
-        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="oom", loop=loop,
-                     reason=f"not run: {mode} on {batch}x{seq} tokens {misfit}")
+        return row("oom", f"not run: {mode} on {batch}x{seq} tokens {misfit}")
 
     def measure():
         refused = switch(model, impl.attn_implementation)  # the model class refusing it: transformers' words
         if refused is not None:
-            return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected",
-                         reason=f"{impl.name}: {refused}", loop=loop)
+            return row("rejected", f"{impl.name}: {refused}")
         with impl.context(), refusal_on_forward() as said:  # transformers' attention integration refusing a call
             if loop == "production":  # a prompt batch whose one-shot prefill would not fit: in chunks
                 chunk = prefill_chunk(model.config, s.dtype, device, batch, context, s.new_tokens)
                 return measure_static_decode(model, impl.name, batch=batch, context=context,
                                              new_tokens=s.new_tokens, device=device, seed=s.seed,
-                                             prefill_chunk=chunk)
+                                             prefill_chunk=chunk, kv_dtype=kv_dtype)
             if mode == "prefill":
                 return measure_prefill(model, impl.name, batch=batch, context=context, device=device, seed=s.seed,
                                        reps=s.reps, share=s.share)
             return measure_decode(model, impl.name, batch=batch, context=context, new_tokens=s.new_tokens,
                                   device=device, seed=s.seed, share=s.share)
-        return Point(impl=impl.name, mode=mode, batch=batch, context=context, status="rejected",
-                     reason=f"{impl.name}: {said[0]}", loop=loop)
+        return row("rejected", f"{impl.name}: {said[0]}")
 
     got = attempt(measure, device=device)
     if got.value is not None:
         return got.value
-    return Point(impl=impl.name, mode=mode, batch=batch, context=context, status=got.status.value, reason=got.reason,
-                 new_tokens=s.new_tokens if mode == "decode" else 0, loop=loop)
+    return row(got.status.value, got.reason, new_tokens=s.new_tokens if mode == "decode" else 0)
 
 
 def _price(data: dict, price: float, loop: str = "as-shipped") -> None:

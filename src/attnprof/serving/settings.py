@@ -87,6 +87,7 @@ class ServeSettings:
     decode_context: tuple[int, ...] = ()
     new_tokens: int = 0  # tokens generated per row in decode (>= 2 when decode is asked for)
     stream: StreamSettings | None = None  # None unless continuous is asked for
+    kv_dtype: str | None = None  # "fp8"/"fp8_e5m2": production decode again over an FP8 static cache
 
     def cells(self, mode: Literal["prefill", "decode"]) -> list[tuple[int, int]]:
         """(batch, context) of every point of `mode`'s grid, context-major."""
@@ -121,14 +122,15 @@ def make_settings(device: str, *, mode: str = "prefill,decode,continuous", model
                   request_file: str | Path | None = None, stream_timeout: float = 120.0,
                   max_batch_tokens: int | None = None, num_blocks: int | None = None,
                   warmup_requests: int | None = None, sweep_concurrency: str | None = None,
-                  slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> ServeSettings:
+                  slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
+                  kv_dtype: str | None = None) -> ServeSettings:
     """Every flag checked and defaulted for `device` before a model is built (the flags' meanings:
     `attnprof serve --help`). Grid flags are comma-separated whole numbers."""
     from attnprof.models import load_config
     from attnprof.serving.cost import DEFAULT_GPU_HOUR_PRICE, check_price
     from attnprof.serving.loops import parse_loops
     from attnprof.serving.requests import Lengths, check_fits, load_request_file, poisson_stream
-    from attnprof.workload import dtype_name
+    from attnprof.workload import dtype_name, kv_dtype_name
 
     d = DEFAULTS["cuda" if device.startswith("cuda") else "cpu"]
     given = {"model": model, "dtype": dtype, "batch": batch, "context": context, "decode_batch": decode_batch,
@@ -164,6 +166,12 @@ def make_settings(device: str, *, mode: str = "prefill,decode,continuous", model
         if grids["new_tokens"] < 2:
             raise UsageError("--new-tokens must be >= 2 (decode speed is timed between the first and last token)")
         _fits(max(grids["decode_context"]) + grids["new_tokens"], max_pos, name, "--decode-context + --new-tokens")
+    kv = kv_dtype_name(kv_dtype)
+    if kv and ("decode" not in modes or "production" not in loops):
+        raise UsageError(f"--kv-dtype {kv_dtype} is served in the production loop's decode (a static FP8 cache in "
+                         "CUDA graphs): add decode to --mode and production to --loop")
+    if kv and kind not in ("fp16", "bf16"):
+        raise UsageError(f"--kv-dtype {kv_dtype} takes fp16 or bf16 models (--dtype), not {kind}")
     if sweep_concurrency and "continuous" not in modes:
         raise UsageError("--sweep-concurrency sweeps the request stream: add continuous to --mode")
     stream = None
@@ -197,7 +205,7 @@ def make_settings(device: str, *, mode: str = "prefill,decode,continuous", model
                          reps=reps, share=share, batch=tuple(grids.get("batch", ())),
                          context=tuple(grids.get("context", ())), decode_batch=tuple(grids.get("decode_batch", ())),
                          decode_context=tuple(grids.get("decode_context", ())), new_tokens=grids.get("new_tokens", 0),
-                         stream=stream)
+                         stream=stream, kv_dtype=kv)
 
 
 def check_memory(s: ServeSettings) -> None:

@@ -55,6 +55,7 @@ class Point:
     cold_s: float | None = None  # production: the first call (compile, graph capture) in seconds
     graph_breaks: int | None = None  # production: dynamo's graph breaks while compiling the step (0: one graph)
     prefill_chunk: int | None = None  # production decode: the prompt prefilled in pieces of this many tokens
+    kv_dtype: str | None = None  # production decode over an FP8 static cache ("fp8", "fp8_e5m2"); None: the model's
 
     @property
     def tokens_per_s(self) -> float:
@@ -77,7 +78,7 @@ class Point:
                 "share": self.share.to_json() if self.share else None,
                 "cold_share": self.cold_share.to_json() if self.cold_share else None,
                 "cold_context": self.cold_context, "peak_mib": self.peak_mib, "cold_s": self.cold_s,
-                "graph_breaks": self.graph_breaks, "prefill_chunk": self.prefill_chunk}
+                "graph_breaks": self.graph_breaks, "prefill_chunk": self.prefill_chunk, "kv_dtype": self.kv_dtype}
 
 
 def amdahl(share_base: float, attention_base_ms: float, attention_new_ms: float) -> float:
