@@ -22,6 +22,8 @@ import torch
 
 from interpreter_child import run_child
 
+INTERPRETER_CHILD = True  # its child starts in the background once tests are collected (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 REPO = ROOT / "kernels" / "flash-triton"
 

@@ -21,6 +21,8 @@ import torch
 from interpreter_child import run_child
 from kernel_ref import within_rule
 
+INTERPRETER_CHILD = True  # its child starts in the background once tests are collected (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 REPO = ROOT / "kernels" / "flash-triton"
 # name -> (splits, fused merge, prefetching merge, splits merged per round trip)

@@ -19,6 +19,8 @@ import pytest
 
 from interpreter_child import run_child
 
+INTERPRETER_CHILD = True  # its child starts in the background once tests are collected (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 BASE = dict(hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             head_dim=64, vocab_size=97, max_position_embeddings=256)

@@ -20,6 +20,8 @@ import pytest
 
 from interpreter_child import run_child
 
+INTERPRETER_CHILD = True  # its child starts in the background once tests are collected (conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

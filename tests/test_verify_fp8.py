@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,8 +21,14 @@ import torch
 from attnprof.cli import main
 from attnprof.errors import UsageError
 from attnprof.workload import Workload, quantize_kv
+from interpreter_child import run_child
+
+INTERPRETER_CHILD = True  # its child starts in the background once tests are collected (conftest.py)
 
 ROOT = Path(__file__).resolve().parents[1]
+CONFIG = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 1,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256,
+          "head_dim": 64}  # head dim 64: one the kernel takes (tiny-llama's 32 is not)
 BROKEN = ("tests.broken:fp8_k_descale_2x", "tests.broken:fp8_v_descale_ignored")
 
 
@@ -128,91 +134,83 @@ def test_model_level_catches_a_wrong_descale_in_an_implementation_reading_the_fp
         assert rows[name]["status"] == "pass"  # without the FP8 cache they are the correct function
 
 
-_KERNEL_CHILD = """
-import json, sys
-import attnprof.models.attention as A
-from attnprof.cli import main
-reads = []
-fp8_of = A.fp8_of
-def counting(k, v):
-    c = fp8_of(k, v)
-    reads.append(c is not None)
-    return c
-A.fp8_of = counting
-out, config = sys.argv[1], sys.argv[2]
-kernel_rc = main(["verify", "--device", "cpu", "--dtype", "fp16,bf16", "--kv-dtype", "fp8", "--cases", "chunk",
-                  "--variants", "kernel", "--seed", "5", "--out", out + "/kernel"])
-model_rc = main(["verify", "--device", "cpu", "--model", config, "--dtype", "fp16", "--kv-dtype", "fp8", "--impls",
-                 "eager,kernel", "--model-batch", "2", "--model-seq", "12", "--decode-tokens", "3", "--seed", "2",
-                 "--out", out + "/model"])
+def _child() -> dict:
+    """Our kernel under Triton's interpreter (this file run as a child: the kernel module must load with it on):
+    `verify --kv-dtype fp8` on a chunk case, a head-dim-64 model with the cache's FP8 reads counted, then serve's
+    production decode step over an FP8 static cache."""
+    out = tempfile.mkdtemp(prefix="fp8-kernel-")
+    config = os.path.join(out, "config.json")
+    with open(config, "w") as f:
+        json.dump(CONFIG, f)
+    import attnprof.models.attention as A
 
-# serve's production decode over an FP8 static cache: generate compiled by dynamo (backend "eager": the trace, the
-# static cache and the custom op as on a GPU, without inductor), against eager over the FP8 cache verify uses
-import torch
-from attnprof.models import build_model
-from attnprof.models import kernel_cache as KC
-from attnprof.models.attention import resolve_impls
-from attnprof.models.fp8_cache import Fp8Cache, Fp8StaticCache, cache_argument
-from attnprof.serving.loops import _generation_config, measure_static_decode
-from attnprof.serving.throughput import _prompt
+    reads = []
+    fp8_of = A.fp8_of
+    def counting(k, v):
+        c = fp8_of(k, v)
+        reads.append(c is not None)
+        return c
+    A.fp8_of = counting
+    kernel_rc = main(["verify", "--device", "cpu", "--dtype", "fp16,bf16", "--kv-dtype", "fp8", "--cases", "chunk",
+                      "--variants", "kernel", "--seed", "5", "--out", out + "/kernel"])
+    model_rc = main(["verify", "--device", "cpu", "--model", config, "--dtype", "fp16", "--kv-dtype", "fp8", "--impls",
+                     "eager,kernel", "--model-batch", "2", "--model-seq", "12", "--decode-tokens", "3", "--seed", "2",
+                     "--out", out + "/model"])
 
-kernel = resolve_impls("kernel", "cpu")[0]
-model = build_model(config, attn_implementation="eager", dtype="fp16", device="cpu", seed=3)
-ids = _prompt(model.config, 2, 10, "cpu", 3)
-descaled = []
-module = KC._CACHE_MODULES[0]  # the kernel's calls inside the custom op (opaque to dynamo: counting adds no guard)
-entry = module.flash_attn_with_kvcache
-def counting(*a, **kw):
-    descaled.append(kw.get("k_descale") is not None)
-    return entry(*a, **kw)
-module.flash_attn_with_kvcache = counting
+    # serve's production decode over an FP8 static cache: generate compiled by dynamo (backend "eager": the trace, the
+    # static cache and the custom op as on a GPU, without inductor), against eager over the FP8 cache verify uses
+    from attnprof.models import build_model
+    from attnprof.models import kernel_cache as KC
+    from attnprof.models.attention import resolve_impls
+    from attnprof.models.fp8_cache import Fp8Cache, Fp8StaticCache, cache_argument
+    from attnprof.serving.loops import _generation_config, measure_static_decode
+    from attnprof.serving.throughput import _prompt
 
-def generate(cache, compiled, **kw):
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), **{cache_argument(model): cache}, **kw,
-                         generation_config=_generation_config(6, 24, compiled, "eager", check=True, own_cache=True))
-    return out.sequences, torch.stack([x.float() for x in out.logits])
+    kernel = resolve_impls("kernel", "cpu")[0]
+    model = build_model(config, attn_implementation="eager", dtype="fp16", device="cpu", seed=3)
+    ids = _prompt(model.config, 2, 10, "cpu", 3)
+    descaled = []
+    module = KC._CACHE_MODULES[0]  # the kernel's calls inside the custom op (opaque to dynamo: counting adds no guard)
+    entry = module.flash_attn_with_kvcache
+    def counting(*a, **kw):
+        descaled.append(kw.get("k_descale") is not None)
+        return entry(*a, **kw)
+    module.flash_attn_with_kvcache = counting
 
-ref_tokens, ref_logits = generate(Fp8Cache("fp8"), False)
-model.set_attn_implementation(kernel.attn_implementation)
-static = Fp8StaticCache(model.config, max_cache_len=24)
-tokens, logits = generate(static, True)
-serve = {"tokens_equal": bool(torch.equal(tokens, ref_tokens)),
-         "max_logit_diff": float((logits - ref_logits).abs().max()), "logit_scale": float(ref_logits.abs().max()),
-         "fp8_calls": sum(descaled), "calls": len(descaled)}
-# a key descale doubled in place after the prompt, between two calls of the same compiled step (a logits processor
-# runs outside it): the step must read the live descale, not a constant baked in when dynamo traced it
-def doubling(input_ids, scores):
-    if input_ids.shape[1] == ids.shape[1] + 1:  # after the first decode step
-        static.layers[0].k_descale.mul_(2)
-    return scores
-static.reset()
-_, wrong = generate(static, True, logits_processor=[doubling])
-serve["doubled_descale_diff"] = float((wrong - ref_logits).abs().max())
-torch._dynamo.reset()
-point = measure_static_decode(model, "kernel (kv fp8)", batch=2, context=10, new_tokens=6, device="cpu", reps=1,
-                              backend="eager", kv_dtype="fp8")
-serve["point"] = {"status": point.status, "kv_dtype": point.kv_dtype, "graph_breaks": point.graph_breaks}
-print(json.dumps({"kernel_rc": kernel_rc, "model_rc": model_rc, "fp8_reads": sum(reads), "serve": serve}))
-"""
+    def generate(cache, compiled, **kw):
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), **{cache_argument(model): cache}, **kw,
+                             generation_config=_generation_config(6, 24, compiled, "eager", check=True, own_cache=True))
+        return out.sequences, torch.stack([x.float() for x in out.logits])
+
+    ref_tokens, ref_logits = generate(Fp8Cache("fp8"), False)
+    model.set_attn_implementation(kernel.attn_implementation)
+    static = Fp8StaticCache(model.config, max_cache_len=24)
+    tokens, logits = generate(static, True)
+    serve = {"tokens_equal": bool(torch.equal(tokens, ref_tokens)),
+             "max_logit_diff": float((logits - ref_logits).abs().max()), "logit_scale": float(ref_logits.abs().max()),
+             "fp8_calls": sum(descaled), "calls": len(descaled)}
+    # a key descale doubled in place after the prompt, between two calls of the same compiled step (a logits processor
+    # runs outside it): the step must read the live descale, not a constant baked in when dynamo traced it
+    def doubling(input_ids, scores):
+        if input_ids.shape[1] == ids.shape[1] + 1:  # after the first decode step
+            static.layers[0].k_descale.mul_(2)
+        return scores
+    static.reset()
+    _, wrong = generate(static, True, logits_processor=[doubling])
+    serve["doubled_descale_diff"] = float((wrong - ref_logits).abs().max())
+    torch._dynamo.reset()
+    point = measure_static_decode(model, "kernel (kv fp8)", batch=2, context=10, new_tokens=6, device="cpu", reps=1,
+                                  backend="eager", kv_dtype="fp8")
+    serve["point"] = {"status": point.status, "kv_dtype": point.kv_dtype, "graph_breaks": point.graph_breaks}
+    return {"kernel_rc": kernel_rc, "model_rc": model_rc, "fp8_reads": sum(reads), "serve": serve, "tmp": out}
+
 
 
 @pytest.fixture(scope="module")
-def kernel_child(tmp_path_factory) -> tuple[dict, Path]:
-    """Our kernel under Triton's interpreter (a child: the kernel module must load with it on), both levels in one
-    process: `verify --kv-dtype fp8` on a chunk case, then a head-dim-64 model with the cache's FP8 reads counted."""
-    tmp = tmp_path_factory.mktemp("fp8-kernel")
-    config = tmp / "config.json"
-    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-                                  "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
-                                  "vocab_size": 512, "max_position_embeddings": 256, "head_dim": 64}))
-    script = tmp / "child.py"
-    script.write_text(_KERNEL_CHILD)
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(script), str(tmp), str(config)], capture_output=True, text=True,
-                          env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1]), tmp
+def kernel_child():
+    last = run_child(__file__)
+    yield last, Path(last["tmp"])
+    shutil.rmtree(last["tmp"], ignore_errors=True)
 
 
 def test_the_kernel_reads_the_fp8_cache_and_passes(kernel_child):
@@ -246,3 +244,8 @@ def test_production_decode_over_an_fp8_static_cache_reads_the_bytes_and_matches_
     assert serve["fp8_calls"] >= 5 and serve["fp8_calls"] == serve["calls"], serve  # 5 decode steps x 1 layer
     assert serve["doubled_descale_diff"] > 20 * serve["max_logit_diff"], serve
     assert serve["point"] == {"status": "ok", "kv_dtype": "fp8", "graph_breaks": 0}, serve
+
+
+if __name__ == "__main__":
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run the child with TRITON_INTERPRET=1"
+    print(json.dumps(_child()))
