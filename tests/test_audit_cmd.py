@@ -60,7 +60,7 @@ def test_model_from_config_json(tmp_path):
     (["--model", "no-such-model"], "unknown model preset"),
     (["--model", "missing/config.json"], "no such config file"),
     (["--head-dims", "64,x"], "--head-dims"),
-    (["--dtypes", "fp8"], "unknown dtype"),
+    (["--dtypes", "fp7"], "unknown dtype"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, args, says):
     assert main(["audit", "--device", "cpu", "--out", str(tmp_path), *args]) == 2

@@ -59,7 +59,7 @@ def test_unknown_toml_key_names_key_and_line(tmp_path: Path):
     ({"seq": ","}, "--seq is empty"),
     ({"heads": "0"}, "heads values must be positive integers"),
     ({"seq": "12.5"}, "seq values must be positive integers"),
-    ({"dtype": "fp8"}, "unknown dtype 'fp8'"),
+    ({"dtype": "fp7"}, "unknown dtype 'fp7'"),
     ({"batch": "2", "tokens": 64}, "--batch and --tokens both given"),
 ])
 def test_bad_flags_are_usage_errors(flags, match):

@@ -66,7 +66,7 @@ def test_given_workload_replaces_the_default_cases(tmp_path):
     (["--variants", "tests.broken:wrong_signature"], "must accept"),
     (["--variants", "no_such_module_xyz:fn"], "cannot import"),
     (["--model", "no-such-preset"], "unknown model preset"),
-    (["--dtype", "fp8"], "unknown dtype"),
+    (["--dtype", "fp7"], "unknown dtype"),
     (["--device", "cuda:7"], "cuda"),
     (["--cases", "nope"], "unknown case"),
     (["--model", "tiny-llama", "--impls", "eager,warp-speed"], "unknown attention implementation"),

@@ -6,7 +6,7 @@ from attnprof.workload import Workload
 
 
 @pytest.mark.parametrize("bad", [dict(head_dim=0), dict(heads=6, kv_heads=4), dict(seq=-1), dict(batch=0),
-                                 dict(dtype="fp8"), dict(mask="diagonal")])
+                                 dict(dtype="fp7"), dict(mask="diagonal")])
 def test_impossible_workloads_are_usage_errors(bad):
     with pytest.raises(UsageError):
         Workload(**bad)

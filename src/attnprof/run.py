@@ -235,7 +235,7 @@ def run(variant: Variant, workload: Workload, inputs: Inputs | None = None, *, s
     `cuda_graph`: as replays of one captured call, GPU time without the launch's host cost);
     warm: make one unmeasured call first; keep_output: keep the measured call's output. See the module docstring.
     """
-    support = variant.supports(workload)
+    support = variant.check(workload)
     if not support.ok:
         return Run(variant.name, variant.family, Status.REJECTED, reason=support.reason)
     got = _Measured()

@@ -11,6 +11,13 @@ dequantised values are exact in the workload dtype) and the values before quanti
 dequantised cache in the workload dtype: what a variant without an FP8 path reads after a dequantize step, and what
 the fp64 oracle takes. A variant with an FP8 path (our kernel's `flash_attn_with_kvcache`) reads the FP8 bytes.
 
+With `dtype="fp8"` the attention itself is FP8 (e4m3 q, k and v, bf16 activations and output): the inputs are drawn in
+bf16 and quantized once, per (batch, kv head) with power-of-two descales in FlashAttention-3's convention (the
+query's per kv-head group); `Inputs.q`/`k`/`v` are the dequantised bf16 values (exact), what the fp64 oracle and a
+bf16 comparison take, and `Inputs.fp8_qkv` holds the descales and the values before quantization. A variant with an
+FP8 attention path quantizes q, k and v itself inside its call (with those descales: exactly the stored bytes), so
+the quantize steps are part of its time and its profile, as they are in a model; a variant without one is rejected.
+
 Causal means bottom-right aligned, as FlashAttention and every KV-cache decoder define it: query i sees keys
 j <= i + (Sk - Sq). With Sq == Sk that is the ordinary lower triangle; with Sq == 1 (decode) the query sees all
 keys. Rows that see no key at all (Sq > Sk, or left padding) must come out as zeros.
@@ -36,15 +43,28 @@ DTYPES: dict[str, torch.dtype] = {
 KV_DTYPES: dict[str, torch.dtype] = {"fp8": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 KV_DTYPE_ALIASES = {"fp8_e4m3": "fp8", "e4m3": "fp8", "float8_e4m3fn": "fp8", "e5m2": "fp8_e5m2",
                     "float8_e5m2": "fp8_e5m2"}
+# FP8 attention (`--dtype fp8`): e4m3 q, k, v, with these activations (before quantization) and output
+FP8_ATTENTION: dict[str, torch.dtype] = {"fp8": torch.float8_e4m3fn}
+FP8_ACTIVATIONS = torch.bfloat16
 DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
-                 "float64": "fp64", "double": "fp64"}
+                 "float64": "fp64", "double": "fp64", "e4m3": "fp8", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8"}
 
 
 def dtype_name(name: str) -> str:
-    """Canonical dtype name (`bf16`, `fp16`, `fp32`, `fp64`) or a UsageError listing the valid ones."""
+    """Canonical dtype name (`bf16`, `fp16`, `fp32`, `fp64`, `fp8`) or a UsageError listing the valid ones."""
     key = DTYPE_ALIASES.get(name.lower(), name.lower())
-    if key not in DTYPES:
-        raise UsageError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+    if key not in DTYPES and key not in FP8_ATTENTION:
+        raise UsageError(f"unknown dtype {name!r}; choose one of {', '.join([*DTYPES, *FP8_ATTENTION])} "
+                         "(fp8: e4m3 attention)")
+    return key
+
+
+def model_dtype_name(name: str) -> str:
+    """A model's weights dtype: `dtype_name` without fp8 (FP8 attention is a workload's, not a model's, dtype)."""
+    key = dtype_name(name)
+    if key in FP8_ATTENTION:
+        raise UsageError("--dtype fp8 is FP8 attention on a workload (stages, bench, verify, audit --dtypes); a "
+                         "model's weights take bf16, fp16 or fp32 (an FP8 KV cache: --kv-dtype fp8)")
     return key
 
 
@@ -116,6 +136,39 @@ def quantize_kv(x: torch.Tensor, fmt: torch.dtype) -> tuple[torch.Tensor, torch.
 
 
 @dataclass(frozen=True)
+class Fp8QKV:
+    """FP8 attention's inputs (`Workload.dtype == "fp8"`): fp32 descales `[B, Hkv]` for q (one per kv-head group), k
+    and v, and q/k/v before quantization (for the lossy factor). `Inputs.q`/`k`/`v` hold the dequantised values."""
+
+    q_descale: torch.Tensor
+    k_descale: torch.Tensor
+    v_descale: torch.Tensor
+    q_orig: torch.Tensor
+    k_orig: torch.Tensor
+    v_orig: torch.Tensor
+    fmt: torch.dtype = torch.float8_e4m3fn
+
+    def q_descale_per_head(self, hq: int) -> torch.Tensor:
+        """The query descale `[B, Hq]`: each query head takes its kv head's."""
+        return self.q_descale.repeat_interleave(hq // self.q_descale.shape[1], dim=1)
+
+
+def quantize_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fmt: torch.dtype
+                 ) -> tuple[Fp8QKV, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q `[B, Hq, Sq, D]`, k/v `[B, Hkv, Sk, D]` as FP8 attention's inputs: (the descales and originals, then q, k,
+    v dequantised in their own dtype). The query's descale is per kv-head group, as FlashAttention-3 takes it."""
+    b, hq, sq, d = q.shape
+    hkv = k.shape[1]
+    grouped = q.reshape(b, hkv, (hq // hkv) * sq, d)  # a kv head's query heads as one row block
+    qd = fp8_descale(grouped, fmt)
+    (_, kd, k_deq), (_, vd, v_deq) = (quantize_kv(x, fmt) for x in (k, v))
+    qkv = Fp8QKV(qd, kd, vd, q, k, v, fmt)
+    q_heads = qkv.q_descale_per_head(hq)
+    q_deq = fp8_dequantize(fp8_quantize(q, q_heads, fmt), q_heads, q.dtype)
+    return qkv, q_deq, k_deq, v_deq
+
+
+@dataclass(frozen=True)
 class Inputs:
     """Tensors for one attention call. q `[B, Hq, Sq, D]`, k/v `[B, Hkv, Sk, D]`.
 
@@ -132,12 +185,17 @@ class Inputs:
     attn_mask: torch.Tensor | None = None
     valid: torch.Tensor | None = None
     fp8: Fp8KV | None = None  # an FP8 KV cache (`Workload.kv_dtype`): k/v above are its dequantised values
+    fp8_qkv: Fp8QKV | None = None  # FP8 attention (`Workload.dtype == "fp8"`): q/k/v above are dequantised
 
     def unquantized(self) -> Inputs:
-        """These inputs with the keys/values before FP8 quantization (itself when there is no FP8 cache)."""
-        if self.fp8 is None:
-            return self
-        return dataclasses.replace(self, k=self.fp8.k_orig, v=self.fp8.v_orig, fp8=None)
+        """These inputs before FP8 quantization: the keys/values of an FP8 cache, or q, k, v of FP8 attention
+        (itself when nothing was quantized)."""
+        if self.fp8 is not None:
+            return dataclasses.replace(self, k=self.fp8.k_orig, v=self.fp8.v_orig, fp8=None)
+        if self.fp8_qkv is not None:
+            c = self.fp8_qkv
+            return dataclasses.replace(self, q=c.q_orig, k=c.k_orig, v=c.v_orig, fp8_qkv=None)
+        return self
 
 
 @dataclass(frozen=True)
@@ -161,6 +219,9 @@ class Workload:
         object.__setattr__(self, "kv_dtype", kv_dtype_name(self.kv_dtype))
         if self.kv_dtype and self.dtype == "fp64":
             raise UsageError("an FP8 KV cache takes fp16, bf16 or fp32 queries, not fp64")
+        if self.kv_dtype and self.dtype in FP8_ATTENTION:
+            raise UsageError("--dtype fp8 already quantizes the keys and values to e4m3; --kv-dtype is for an FP8 "
+                             "cache under 16-bit queries")
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.kv_seq is None:
@@ -177,7 +238,13 @@ class Workload:
     # -- derived -------------------------------------------------------------------------------------------------
     @property
     def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        """The dtype of the tensors a variant gets and returns: FP8 attention's activations are bf16."""
+        return DTYPES.get(self.dtype, FP8_ACTIVATIONS)
+
+    @property
+    def fp8_attention(self) -> torch.dtype | None:
+        """The FP8 format q, k and v are quantized to (`dtype="fp8"`), else None."""
+        return FP8_ATTENTION.get(self.dtype)
 
     @property
     def gqa(self) -> bool:
@@ -210,11 +277,14 @@ class Workload:
                 **({"kv_dtype": self.kv_dtype} if self.kv_dtype else {})}
 
     def input_bytes(self) -> int:
-        """Bytes of q, k, v and the output: the least any implementation must move."""
+        """Bytes of q, k, v and the output: the least any implementation must move (FP8 attention: q, k, v one
+        byte per element, the bf16 output two; an FP8 cache: one byte per key/value element)."""
         elem = torch.empty((), dtype=self.torch_dtype).element_size()
-        q_o = 2 * self.batch * self.heads * self.seq * self.head_dim
+        q_o = self.batch * self.heads * self.seq * self.head_dim
         kv = 2 * self.batch * self.kv_heads * self.kv_seq * self.head_dim
-        return q_o * elem + kv * (1 if self.kv_dtype else elem)  # an FP8 cache: one byte per key/value element
+        if self.fp8_attention:
+            return q_o * (1 + elem) + kv
+        return 2 * q_o * elem + kv * (1 if self.kv_dtype else elem)
 
     # -- masks ---------------------------------------------------------------------------------------------------
     def valid_lengths(self) -> list[int]:
@@ -268,13 +338,16 @@ class Workload:
         if self.kv_dtype:
             (k8, kd, k_deq), (v8, vd, v_deq) = (quantize_kv(x, KV_DTYPES[self.kv_dtype]) for x in (k, v))
             fp8, k, v = Fp8KV(k8, v8, kd, vd, k, v), k_deq, v_deq
+        fp8_qkv = None
+        if self.fp8_attention:
+            fp8_qkv, q, k, v = quantize_qkv(q, k, v, self.fp8_attention)
         return Inputs(q=q, k=k, v=v, causal=self.causal and attn_mask is None, scale=self.scale,
-                      attn_mask=attn_mask, valid=valid, fp8=fp8)
+                      attn_mask=attn_mask, valid=valid, fp8=fp8, fp8_qkv=fp8_qkv)
 
 
 def check_runs_here(w: Workload) -> None:
     """UsageError when this device cannot compute in the workload's dtype (bf16 on an old GPU, fp16 on some CPUs)."""
-    if w.device.startswith("cuda") and w.dtype == "bf16" and not torch.cuda.is_bf16_supported():
+    if w.device.startswith("cuda") and w.dtype in ("bf16", "fp8") and not torch.cuda.is_bf16_supported():
         raise UsageError(f"{w.device} ({torch.cuda.get_device_name()}) cannot run bf16; use --dtype fp16")
     if w.device == "cpu" and w.dtype == "fp16" and not _cpu_half_matmul_ok():
         raise UsageError("this CPU build of torch cannot multiply fp16 matrices; use --dtype fp32 or bf16")

@@ -193,8 +193,38 @@ def fp8_v_descale_ignored(q, k, v, *, causal, scale, attn_mask=None, kv_cache=No
     return _attend(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask)
 
 
+def _fp8_attention(q8, k8, v8, descales, causal, scale, factors=(1.0, 1.0, 1.0)):
+    """FP8 attention over e4m3 q, k, v `[B, H, S, D]` with FlashAttention-3's descales `[B, Hkv]` (each times its
+    factor; 0 means "not applied"), P rounded to e4m3 as FP8 kernels do; bf16 out."""
+    from attnprof.variants.naive import plain_fp8_attention
+    from attnprof.workload import Inputs
+
+    def deq(x8, d, factor):
+        d = d.repeat_interleave(x8.shape[1] // d.shape[1], dim=1)[:, :, None, None]
+        return x8.float() * (d * factor if factor else 1.0)
+
+    q, k, v = (deq(x, d, f).to(torch.bfloat16) for x, d, f in zip((q8, k8, v8), descales, factors))
+    return plain_fp8_attention(Inputs(q, k, v, causal, scale))
+
+
+def fp8_attn_correct(q, k, v, *, causal, scale, q_descale, k_descale, v_descale):
+    """Control for the FP8-attention mutants: e4m3 q, k, v with their descales, as FlashAttention-3 (must pass)."""
+    return _fp8_attention(q, k, v, (q_descale, k_descale, v_descale), causal, scale)
+
+
+def fp8_attn_q_descale_2x(q, k, v, *, causal, scale, q_descale, k_descale, v_descale):
+    """FP8 attention with the query descale applied twice (the logits off by 2x)."""
+    return _fp8_attention(q, k, v, (q_descale, k_descale, v_descale), causal, scale, factors=(2.0, 1.0, 1.0))
+
+
+def fp8_attn_v_descale_ignored(q, k, v, *, causal, scale, q_descale, k_descale, v_descale):
+    """FP8 attention that never applies the value descale (the output off by that factor)."""
+    return _fp8_attention(q, k, v, (q_descale, k_descale, v_descale), causal, scale, factors=(1.0, 1.0, 0.0))
+
+
 MUTANTS = ("scale_off_1pct", "off_by_1e6", "scale_1_over_d", "causal_off_by_one", "causal_top_left", "padded_rows_nan",
            "padded_rows_mean", "padding_ignored", "bool_mask_as_bias", "gqa_tiled", "half_accumulator",
            "last_key_dropped")
 SHAPE_ERRORS = ("wrong_layout", "wrong_signature")
 FP8_MUTANTS = ("fp8_k_descale_2x", "fp8_v_descale_ignored")  # with --kv-dtype fp8; fp8_correct is their control
+FP8_ATTENTION_MUTANTS = ("fp8_attn_q_descale_2x", "fp8_attn_v_descale_ignored")  # --dtype fp8; fp8_attn_correct

@@ -24,7 +24,9 @@ from attnprof.errors import first_line
 from attnprof.profiling.capture import capture
 from attnprof.profiling.summary import summarize
 from attnprof.profiling.trace import load_trace
-from attnprof.variants.sdpa import sdpa_call
+from attnprof.variants.base import no_fp8_attention
+from attnprof.variants.kernel_hub import KERNEL
+from attnprof.variants.sdpa import SDPA, sdpa_call
 from attnprof.workload import Inputs, Workload
 
 DEFAULT_HEAD_DIMS = (64, 128, 256, 59, 96, 320, 512)
@@ -124,6 +126,8 @@ def call(cell: Cell, inputs: Inputs) -> torch.Tensor:
 def probe(cell: Cell, seed: int = 0) -> CellResult:
     """Run one cell under the watcher: what ran and, when it was not the fastest backend, why."""
     preferred = preferred_backend(cell.workload.device)
+    if cell.workload.fp8_attention:  # SDPA has no FP8 path: say so, and what could run FP8 attention here
+        return CellResult(cell, "error", preferred=preferred, error=fp8_verdict(cell.workload))
     try:
         inputs = _inputs(cell, seed)
         with watch() as calls:
@@ -133,6 +137,14 @@ def probe(cell: Cell, seed: int = 0) -> CellResult:
     rec = calls[-1]
     return CellResult(cell, "ok", rec.backend, rec.fused_op, rec.preferred, dict(rec.refusals), advise(rec),
                       record=rec)
+
+
+def fp8_verdict(workload: Workload) -> str:
+    """Why SDPA runs no FP8 attention, and whether our kernel can run this one (its FP8 path or its reason)."""
+    kernel = KERNEL.check(workload)
+    could = (f"the kernel can: {kernel.note} (attnprof bench --dtype fp8 --variants kernel)" if kernel.ok
+             else f"the kernel cannot either: {kernel.reason}")
+    return f"{no_fp8_attention(SDPA)}; {could}"
 
 
 def crosscheck(result: CellResult, folder, seed: int = 0) -> CellResult:

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from attnprof.provenance import provenance
     from attnprof.report.audit_report import markdown, print_terminal, rejected_row, rows_from_cells, rows_from_records
     from attnprof.report.render import err, progress
-    from attnprof.workload import dtype_name, resolve_device
+    from attnprof.workload import dtype_name, model_dtype_name, resolve_device
 
     if args.kernel is not None:
         from attnprof.commands.common import kernel_from_args
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if args.model:
         from attnprof.audit.model import audit_model
 
-        dtype = dtype_name(args.dtype or ("bf16" if cuda else "fp32"))
+        dtype = model_dtype_name(args.dtype or ("bf16" if cuda else "fp32"))
         from attnprof.memory_fit import check_model_batch_fits
         from attnprof.models import load_config
 

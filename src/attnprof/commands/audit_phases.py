@@ -39,14 +39,14 @@ def run_phases(args: argparse.Namespace) -> int:
     from attnprof.provenance import provenance
     from attnprof.report.regret_report import markdown, print_terminal
     from attnprof.report.render import err, progress
-    from attnprof.workload import dtype_name, resolve_device
+    from attnprof.workload import model_dtype_name, resolve_device
 
     phases, pins, measured = _check(args)
     device = resolve_device(args.device)
     cuda = device.startswith("cuda")
     extra = variants_from_args(args, default=()) if args.variants else []
     folder = out_dir(args, "audit")
-    dtype = dtype_name(args.dtype or ("bf16" if cuda else "fp32"))
+    dtype = model_dtype_name(args.dtype or ("bf16" if cuda else "fp32"))
     batch, prompt = args.batch or 1, args.seq or 64
     err.print(f"[dim]building {args.model} from its config (random weights); "
               + (f"generate {args.new_tokens} tokens after a {batch}x{prompt} prompt" if "decode" in phases

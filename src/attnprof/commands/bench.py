@@ -31,7 +31,7 @@ def register(sub) -> None:
     g.add_argument("--tokens", type=int, help="instead of --batch: batch = tokens // seq per cell (B·S fixed)")
     g.add_argument("--heads", help="head counts")
     g.add_argument("--head-dim", help="head dims")
-    g.add_argument("--dtype", help="bf16, fp16, fp32")
+    g.add_argument("--dtype", help="bf16, fp16, fp32, fp8 (FP8 attention: e4m3 q, k, v)")
     g.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--grid", type=Path, help="a TOML sweep file with the same keys (flags override it)")
     add_output_args(p)

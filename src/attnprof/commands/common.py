@@ -64,7 +64,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seq", type=int, help="query length")
     g.add_argument("--kv-seq", type=int, help="key length (default: --seq)")
     g.add_argument("--head-dim", type=int)
-    g.add_argument("--dtype", help="bf16, fp16, fp32")
+    g.add_argument("--dtype", help="bf16, fp16, fp32, fp8 (FP8 attention: e4m3 q, k, v)")
     g.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--mask", choices=MASK_KINDS, default=None, help="explicit mask tensor kind (default none)")
 

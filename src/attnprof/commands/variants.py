@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     variants = variants_from_args(args, default=("all",))
     rows = []
     for v in variants:
-        s = v.supports(workload)
+        s = v.check(workload)
         rows.append({"name": v.name, "family": v.family, "accepted": s.ok, "reason": None if s.ok else s.reason,
                      "note": s.note if s.ok and s.note else None, "description": v.description})
     _print(rows, f"variants for {workload.label()} on {workload.device}", note, wide=args.wide)

@@ -109,11 +109,17 @@ def _run(args: argparse.Namespace, executor) -> int:
         raise UsageError(f"--level {level} needs --model PRESET")
     if args.k <= 0:
         raise UsageError("--k must be positive")
-    from attnprof.workload import kv_dtype_name
+    from attnprof.workload import kv_dtype_name, model_dtype_name
 
     args.kv_dtype = kv_dtype_name(args.kv_dtype)
     if args.kv_dtype and "fp64" in dtypes:
         raise UsageError("--kv-dtype takes fp16, bf16 or fp32 queries (--dtype), not fp64")
+    if args.kv_dtype and "fp8" in dtypes:
+        raise UsageError("--dtype fp8 already quantizes the keys and values to e4m3; --kv-dtype is for an FP8 cache "
+                         "under 16-bit queries")
+    if args.model and level != "kernel":
+        for d in dtypes:
+            model_dtype_name(d)  # fp8 is a workload's dtype, not a model's: one line, before any work
     if args.model:
         from attnprof.memory_fit import check_model_fits
         from attnprof.models import load_config

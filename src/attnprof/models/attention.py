@@ -124,7 +124,7 @@ def _pinned(backend: str, device: str, workload: Workload | None) -> AttentionIm
 def from_variant(variant: Variant, workload: Workload | None, *, description: str = "") -> AttentionImpl:
     """A registry variant as a model implementation: refused with `supports(workload)`'s reason, else registered."""
     if workload is not None:
-        verdict = variant.supports(workload)
+        verdict = variant.check(workload)
         if not verdict.ok:
             return AttentionImpl(variant.name, "", rejected=verdict.reason, description=description)
     return AttentionImpl(variant.name, register_variant(variant), description=description or variant.description)

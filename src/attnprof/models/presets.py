@@ -91,16 +91,16 @@ def build_model(name_or_path: str, *, attn_implementation: str = "eager", dtype:
     """A causal LM from a preset or config, random weights from `seed`, in eval mode on `device`."""
     import torch
 
-    from attnprof.workload import DTYPES, dtype_name
+    from attnprof.workload import DTYPES, model_dtype_name
 
     tf = _transformers()
     config = load_config(name_or_path, attn_implementation=attn_implementation)
-    check_model_fits(config, dtype_name(dtype), device, name_or_path)  # before transformers allocates the weights
+    check_model_fits(config, model_dtype_name(dtype), device, name_or_path)  # before transformers allocates the weights
     torch.manual_seed(seed)
     try:
         with torch.device(device):
             model = tf.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
-                                                        dtype=DTYPES[dtype_name(dtype)])
+                                                        dtype=DTYPES[model_dtype_name(dtype)])
     except (ValueError, ImportError) as exc:
         if attn_implementation != "eager":
             raise  # the implementation may be what the class refuses: `models.features.build` tells them apart

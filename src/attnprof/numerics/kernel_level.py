@@ -94,7 +94,7 @@ def verify_case(case: Case, variants: Sequence[Variant], *, seed: int, rule: Rul
     inputs = w.make_inputs(seed)
     ref = Reference.of(inputs, scale=True)  # fp64 [B, Hq, Sq, D], valid rows, ∂out/∂log(scale)
     gate = Gate.of(inputs, ref, w.dtype, rule)
-    lossy = _LossyFactor.of(inputs, w.dtype, rule)  # None without an FP8 KV cache
+    lossy = _LossyFactor.of(inputs, w.dtype, rule)  # None without FP8 (a KV cache or the attention)
     results = []
     for variant in variants:
         with recompile_limit_hits():
@@ -124,27 +124,27 @@ def verify_case(case: Case, variants: Sequence[Variant], *, seed: int, rule: Rul
         results.append(CaseResult(case.name, w.dtype, name, status, reason=text, agreement=r.agreement,
                                   verdict=verdict, hint=hint,
                                   lossy_factor=lossy.factor(r.output) if lossy and r.output is not None else None,
-                                  kv_read=(variant.fp8_path or "the cache dequantised") if lossy else None))
+                                  kv_read=(variant.fp8_path or "the cache dequantised") if inputs.fp8 else None))
     return CaseRun(case=case, seed=seed, baseline=gate.baseline, results=tuple(results))
 
 
 @dataclass(frozen=True)
 class _LossyFactor:
-    """What an FP8 KV cache costs: errors against the fp64 oracle of the unquantized keys/values, in units of plain
-    PyTorch's error in the same dtype on those unquantized inputs (a 16-bit cache's). The gate itself judges each
-    variant against the oracle of the dequantised cache it was given; this says how far that cache is from the
-    model's real keys and values."""
+    """What FP8 costs: errors against the fp64 oracle of the unquantized inputs, in units of plain PyTorch's error
+    on those inputs in 16 bits: for an FP8 KV cache in the workload dtype (a 16-bit cache's error), for FP8
+    attention in bf16 (its activations' dtype: bf16 attention's error). The gate itself judges each variant against
+    the oracle of the dequantised inputs it was given; this says how far they are from the model's real ones."""
 
     ref: Reference
     unit: float
 
     @classmethod
     def of(cls, inputs, dtype: str, rule: Rule) -> _LossyFactor | None:
-        if inputs.fp8 is None:
+        if inputs.fp8 is None and inputs.fp8_qkv is None:
             return None
         plain = inputs.unquantized()
         ref = Reference.of(plain)
-        return cls(ref, Gate.of(plain, ref, dtype, rule).baseline.norm_rel)
+        return cls(ref, Gate.of(plain, ref, "bf16" if inputs.fp8_qkv is not None else dtype, rule).baseline.norm_rel)
 
     def factor(self, out) -> float:
         err = self.ref.compare(out, "fp64").norm_rel

@@ -7,7 +7,8 @@ twice that. We do the same, against the fp64 oracle:
 
     limit(metric) = max(k × baseline(metric), floor[dtype][metric])      for metric in (max abs, norm-relative)
 
-"Plain PyTorch in the same dtype" is `attnprof.variants.naive.plain_attention`: k and v repeated to the query
+"Plain PyTorch in the same dtype" is `attnprof.variants.naive.plain_attention` (for FP8 attention
+`plain_fp8_attention`: FlashAttention-3's arithmetic written out, P rounded to e4m3 for the P·V product): k and v repeated to the query
 heads as models do (transformers' `repeat_kv`), then QKᵀ, scale, masked_fill, softmax, ·V, each op in the
 workload's dtype: the straightforward math a user would write, whose only error is rounding. Fused kernels
 usually beat it (they keep scores in fp32), so correct backends pass with margin. (Not the GQA-folded form the
@@ -47,12 +48,13 @@ FLOORS: dict[str, tuple[float, float]] = {
     "fp32": (2e-6, 1e-7),
     "fp16": (5e-4, 3e-4),
     "bf16": (4e-3, 2e-3),
+    "fp8": (3e-2, 1.5e-2),  # e4m3's rounding unit is 2^-4; the bf16 output's alone is bf16's floor
 }
 
 
 # |effective scale − 1| floors: ~20× what correct fused kernels show on the default cases, ≥ 10× below a 1 % bug
 # in bf16. Plain PyTorch's own scale error (noise, up to ~1e-4 in bf16) times k is the other half of the limit.
-SCALE_FLOORS: dict[str, float] = {"fp64": 1e-9, "fp32": 1e-5, "fp16": 2e-4, "bf16": 1e-3}
+SCALE_FLOORS: dict[str, float] = {"fp64": 1e-9, "fp32": 1e-5, "fp16": 2e-4, "bf16": 1e-3, "fp8": 4e-3}
 
 
 MASKED_ROWS_PREFIX = "fully-masked rows"
@@ -78,7 +80,8 @@ class Rule:
     def to_json(self) -> dict:
         return {"k": self.k, "masked_rows": self.masked_rows, "floors": self.floors,
                 "scale_floors": self.scale_floors,
-                "baseline": "attnprof.variants.naive.plain_attention in the workload dtype"}
+                "baseline": "attnprof.variants.naive.plain_attention in the workload dtype (fp8: "
+                            "plain_fp8_attention, P rounded to e4m3)"}
 
 
 @dataclass(frozen=True)
@@ -145,10 +148,10 @@ class Gate:
         """Measure the baseline: `variants.naive.plain_attention` in the inputs' dtype against `reference`."""
         import torch
 
-        from attnprof.variants.naive import plain_attention
+        from attnprof.variants.naive import plain_attention, plain_fp8_attention
 
         with torch.no_grad():
-            out = plain_attention(inputs)
+            out = plain_fp8_attention(inputs) if dtype == "fp8" else plain_attention(inputs)
         return cls(baseline=reference.compare(out, dtype), rule=rule)
 
     def judge(self, agreement: Agreement, dtype: str) -> Verdict:

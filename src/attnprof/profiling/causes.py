@@ -21,7 +21,7 @@ class Cause:
     fix: str | None = None
 
     def text(self) -> str:
-        head = f"aten::{self.op}: {self.what}" if self.op else self.what
+        head = f"{qualified(self.op)}: {self.what}" if self.op else self.what
         return head + (f" — fix: {self.fix}" if self.fix else "")
 
     def to_json(self) -> dict:
@@ -90,8 +90,13 @@ def explain(name: str, role: str, origin: Origin | None) -> Cause:
     what, fix = _BY_ROLE.get(role, ("", None))
     what = what or f"a {role} kernel"
     if chain:
-        return Cause(chain[0], f"{what}, launched inside aten::{' → '.join(chain)}", fix)
+        return Cause(chain[0], f"{what}, launched inside {qualified(' → '.join(chain))}", fix)
     return Cause(None, f"{what}, launched outside any aten op (a custom or Triton launch)", fix)
+
+
+def qualified(op: str) -> str:
+    """An op chain as the profiler names it: aten ops with their `aten::` prefix, others (`attnprof::…`) as they are."""
+    return op if "::" in op.split(" → ")[0] else f"aten::{op}"
 
 
 def _first(chain: tuple[str, ...]) -> str | None:

@@ -61,6 +61,7 @@ CPU_RULES: tuple[Rule, ...] = (
 METADATA_OPS = frozenset({
     "empty", "empty_like", "empty_strided", "view", "_unsafe_view", "reshape", "_reshape_alias", "expand",
     "expand_as", "as_strided", "transpose", "t", "permute", "unsqueeze", "squeeze", "select", "slice", "narrow",
+    "unflatten", "flatten",
     "detach", "detach_", "alias", "resolve_conj", "resolve_neg", "lift_fresh", "split", "chunk", "unbind",
     "view_as", "_nested_tensor_from_mask", "scalar_tensor", "result_type", "size", "stride", "is_nonzero",
     "item", "_local_scalar_dense", "to", "_to_copy", "set_", "record_stream",
@@ -99,8 +100,20 @@ def classify_gpu(name: str) -> Classified:
     return Classified("other")
 
 
+_QUANTIZE_OP = re.compile(r"(?:^|::)(?:de)?quantize")
+
+
+def is_quantize_op(name: str) -> bool:
+    """An op that quantizes for a low-precision kernel (`attnprof::quantize_fp8`, `quantize_per_tensor`, …): every
+    kernel or leaf op inside it is a `quantize` step, whatever its own name says."""
+    return bool(_QUANTIZE_OP.search(aten_name(name)))
+
+
 def classify_cpu(name: str, parents: tuple[str, ...] = ()) -> Classified:
-    """Role of a CPU aten op; `parents` (innermost last) disambiguate leaves like fill_ and copy_."""
+    """Role of a CPU aten op; `parents` (innermost last) disambiguate leaves like fill_ and copy_, and make every
+    leaf inside a quantize op a `quantize` step."""
+    if any(is_quantize_op(p) for p in parents):
+        return Classified("quantize")
     op = aten_name(name)
     for parent in reversed(parents):
         role = _CPU_PARENT_ROLE.get(aten_name(parent))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from attnprof.profiling.attribution import Origin, attribute
 from attnprof.profiling.causes import Cause, explain
-from attnprof.profiling.classify import classify_cpu, classify_gpu, is_metadata
+from attnprof.profiling.classify import classify_cpu, classify_gpu, is_metadata, is_quantize_op
 from attnprof.profiling.names import short_name
 from attnprof.profiling.trace import Event, Step, Trace
 
@@ -80,12 +80,17 @@ def step_hits(step: Step, on_gpu: bool, origins: dict[int, Origin] | None = None
     """The kernels of one step; with `origins` (`attribution.attribute`), each with the ops that launched it."""
     origins = origins or {}
     if on_gpu:
-        return [Hit(e.name, *_gpu_role(e), e.dur, origins.get(id(e))) for e in sorted(step.gpu, key=lambda e: e.ts)]
+        return [Hit(e.name, *_gpu_role(e, origins.get(id(e))), e.dur, origins.get(id(e)))
+                for e in sorted(step.gpu, key=lambda e: e.ts)]
     return _cpu_hits(step.cpu_ops, origins)
 
 
-def _gpu_role(e: Event) -> tuple[str, str | None]:
+def _gpu_role(e: Event, origin: Origin | None) -> tuple[str, str | None]:
+    """By the kernel's name; a kernel launched inside a quantize op (`attnprof::quantize_fp8`: an elementwise
+    kernel named for its arithmetic) is that op's `quantize` step."""
     c = classify_gpu(e.name)
+    if c.role != "fused_attention" and origin is not None and any(is_quantize_op(op) for op in origin.chain):
+        return "quantize", None
     return c.role, c.backend
 
 

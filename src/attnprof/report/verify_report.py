@@ -72,9 +72,11 @@ def compact_kernel_tables(runs: list[CaseRun], dtype: str) -> None:
 
 
 def lossy_rows(runs: list[CaseRun], dtype: str) -> tuple[list[str], list[list[str]]] | None:
-    """An FP8 KV cache's cost per variant and case: error against the fp64 oracle of the unquantized keys/values,
-    as a multiple of plain PyTorch's error on them in `dtype` (a 16-bit cache's); None without an FP8 cache."""
-    mine = [r for r in runs if r.case.workload.dtype == dtype and r.case.workload.kv_dtype]
+    """FP8's cost per variant and case: error against the fp64 oracle of the unquantized inputs, as a multiple of
+    plain PyTorch's error on them in 16 bits (`dtype`'s for an FP8 KV cache, bf16's for FP8 attention); None
+    without FP8."""
+    mine = [r for r in runs if r.case.workload.dtype == dtype
+            and (r.case.workload.kv_dtype or r.case.workload.fp8_attention)]
     if not mine:
         return None
     names = list(dict.fromkeys(r.variant for run in mine for r in run.results if r.lossy_factor is not None))
@@ -95,9 +97,14 @@ def print_lossy(runs: list[CaseRun], dtype: str) -> None:
     table = lossy_rows(runs, dtype)
     if table is None:
         return
-    fmt = next(r.case.workload.kv_dtype for r in runs if r.case.workload.kv_dtype)
-    say(f"{fmt} KV cache, {dtype}: error vs the fp64 oracle of the unquantized keys/values, × plain PyTorch {dtype}'s "
-        "on them (what the cache costs; the gate above judges each against its dequantised cache)", style="bold")
+    if dtype == "fp8":
+        say("FP8 attention (e4m3 q, k, v): error vs the fp64 oracle of the unquantized bf16 inputs, × plain PyTorch "
+            "bf16's on them (what FP8 costs; the gate above judges each against its dequantised inputs)", style="bold")
+    else:
+        fmt = next(r.case.workload.kv_dtype for r in runs if r.case.workload.kv_dtype)
+        say(f"{fmt} KV cache, {dtype}: error vs the fp64 oracle of the unquantized keys/values, × plain PyTorch "
+            f"{dtype}'s on them (what the cache costs; the gate above judges each against its dequantised cache)",
+            style="bold")
     headers, rows = table
     for block_headers, block_rows in column_blocks(headers, rows):
         out.print(compact_table("", block_headers, block_rows, right=tuple(block_headers[1:])))
@@ -232,21 +239,30 @@ def markdown(data: dict, command: str) -> str:
 
 
 def _lossy_md(cases: list[dict], dtype: str) -> list[str]:
-    """The FP8 KV cache's cost table (see `lossy_rows`), when the cases had one."""
+    """FP8's cost table (see `lossy_rows`), when the cases had an FP8 KV cache or were FP8 attention."""
     fmt = next((c["workload"].get("kv_dtype") for c in cases if c["workload"].get("kv_dtype")), None)
-    if fmt is None:
+    if fmt is None and dtype != "fp8":
         return []
     names = list(dict.fromkeys(r["variant"] for c in cases for r in c["results"] if r.get("lossy_factor") is not None))
-    lines = [f"{fmt} KV cache: the keys and values were an FP8 cache (x / descale, power-of-two descales per (batch, "
-             "kv head)); variants without an FP8 path were given it dequantised, and the gate above judges each "
-             "against the fp64 oracle of that dequantised cache. What the cache costs: the error against the oracle "
-             f"of the unquantized keys/values, × plain PyTorch {dtype}'s error on them (a 16-bit cache's).", "",
-             "| variant | " + " | ".join(c["name"] for c in cases) + " |", "| --- |" + " ---: |" * len(cases)]
+    if fmt is None:
+        what = ("FP8 attention: q, k and v were quantized to e4m3 (power-of-two descales per (batch, kv head), the "
+                "query's per kv-head group) and the output is bf16; variants without an FP8 attention path were "
+                "rejected, and the gate above judges each against the fp64 oracle of the dequantised inputs and "
+                "`plain_fp8_attention` (P rounded to e4m3). What FP8 costs: the error against the oracle of the "
+                "unquantized bf16 inputs, × plain PyTorch bf16's error on them.")
+    else:
+        what = (f"{fmt} KV cache: the keys and values were an FP8 cache (x / descale, power-of-two descales per "
+                "(batch, kv head)); variants without an FP8 path were given it dequantised, and the gate above judges "
+                "each against the fp64 oracle of that dequantised cache. What the cache costs: the error against the "
+                f"oracle of the unquantized keys/values, × plain PyTorch {dtype}'s error on them (a 16-bit cache's).")
+    lines = [what, "", "| variant | " + " | ".join(c["name"] for c in cases) + " |", "| --- |" + " ---: |" * len(cases)]
     for name in names:
         cells = [next((f"{r['lossy_factor']:.1f}×" for r in c["results"]
                        if r["variant"] == name and r.get("lossy_factor") is not None), "") for c in cases]
         lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
     reads = {r["variant"]: r["kv_read"] for c in cases for r in c["results"] if r.get("kv_read")}
+    if not reads:
+        return [*lines, ""]
     return [*lines, "", "What each read: " + "; ".join(f"`{n}` {how}" for n, how in reads.items()) + ".", ""]
 
 

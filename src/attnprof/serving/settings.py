@@ -130,7 +130,7 @@ def make_settings(device: str, *, mode: str = "prefill,decode,continuous", model
     from attnprof.serving.cost import DEFAULT_GPU_HOUR_PRICE, check_price
     from attnprof.serving.loops import parse_loops
     from attnprof.serving.requests import Lengths, check_fits, load_request_file, poisson_stream
-    from attnprof.workload import dtype_name, kv_dtype_name
+    from attnprof.workload import kv_dtype_name, model_dtype_name
 
     d = DEFAULTS["cuda" if device.startswith("cuda") else "cpu"]
     given = {"model": model, "dtype": dtype, "batch": batch, "context": context, "decode_batch": decode_batch,
@@ -153,7 +153,7 @@ def make_settings(device: str, *, mode: str = "prefill,decode,continuous", model
     max_pos = int(getattr(config, "max_position_embeddings", 0) or 0)
     loops = parse_loops(loop or DEFAULT_LOOPS)
     grids: dict[str, Any] = {}
-    kind = dtype_name(pick("dtype"))
+    kind = model_dtype_name(pick("dtype"))
     if reps < 1:
         raise UsageError(f"--reps must be >= 1, got {reps}")
     if "prefill" in modes:

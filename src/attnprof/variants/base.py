@@ -66,6 +66,9 @@ class Variant:
     # How it reads an FP8 KV cache (`Workload.kv_dtype`) when it has a path for one ("flash_attn_with_kvcache"):
     # None means it is given the cache dequantised
     fp8_path: str | None = None
+    # How it computes FP8 attention (`Workload.dtype == "fp8"`: e4m3 q, k, v) when it has a path for it; None means
+    # it has none and `check` rejects such workloads (never a bf16 run under the fp8 name)
+    fp8_attention: str | None = None
 
     # How the variant travels to another process (a Ray worker): `(constructor, args)` that builds it again there,
     # set by constructors whose functions close over objects that do not pickle (a pinned SDPA backend, a `--kernel`
@@ -75,11 +78,38 @@ class Variant:
     def __call__(self, inputs: Inputs) -> torch.Tensor:
         return self.fn(inputs)
 
+    def check(self, workload: Workload) -> Support:
+        """Whether it runs `workload`: FP8 attention only where it has a path for it, then its own `supports`."""
+        if workload.fp8_attention is not None and self.fp8_attention is None:
+            return Rejected(no_fp8_attention(self))
+        return self.supports(workload)
+
     def __reduce_ex__(self, protocol):
         """Rebuilt from its recipe where one is set (the constructor and its arguments), else field by field."""
         if self.recipe is not None:
             return self.recipe
         return super().__reduce_ex__(protocol)
+
+
+def no_fp8_attention(variant: Variant) -> str:
+    """Why `variant` cannot run FP8 attention (`--dtype fp8`): SDPA's reason says what this torch has."""
+    if variant.family == "sdpa" or variant.name.startswith("sdpa"):
+        import importlib.util
+
+        try:
+            quantized = importlib.util.find_spec(QUANTIZED_SDPA) is not None
+        except ModuleNotFoundError:
+            quantized = False
+        what = (f"its FP8 SDPA is a separate experimental function ({QUANTIZED_SDPA}: FlashAttention-3 through the "
+                "flash_attn_interface package, activated process-wide) that attnprof does not run yet" if quantized
+                else f"this torch has no FP8 SDPA (no {QUANTIZED_SDPA})")
+        return (f"{variant.name}: no FP8 attention: scaled_dot_product_attention takes 16/32-bit q, k, v, and in "
+                f"torch {torch.__version__} {what}; --dtype bf16 measures it")
+    return (f"{variant.name}: no FP8 attention path (it computes in 16/32 bits); --dtype bf16 measures it, or "
+            "use the kernel")
+
+
+QUANTIZED_SDPA = "torch.nn.attention.experimental._scaled_dot_product_attention_quantized"
 
 
 def expand_kv_heads(x: torch.Tensor, heads: int) -> torch.Tensor:

@@ -27,6 +27,7 @@ import torch
 from attnprof.backends import register_kernel_module
 from attnprof.errors import UsageError, first_line
 from attnprof.variants.base import Accepted, Rejected, Support, Variant, takes_keywords
+from attnprof.variants.fp8 import quantized_qkv
 from attnprof.variants.kernel_padded import PADDED_MASKS, padded_attention
 from attnprof.workload import Inputs, Workload
 
@@ -146,8 +147,8 @@ def supports(workload: Workload, spec: KernelSpec = DEFAULT) -> Support:
     if workload.mask not in ("none", *PADDED_MASKS):
         return Rejected(f"kernel: flash-attn kernels take no {workload.mask} mask (padding goes through "
                         "flash_attn_varlen_func: pad-left, pad-right, bool); try sdpa or flex")
-    if workload.dtype not in ("fp16", "bf16"):
-        return Rejected(f"kernel: flash-attn kernels take fp16 or bf16, not {workload.dtype}")
+    if workload.dtype not in ("fp16", "bf16", "fp8"):
+        return Rejected(f"kernel: flash-attn kernels take fp16 or bf16 (or FP8 with descales), not {workload.dtype}")
     on_cpu = not workload.device.startswith("cuda")
     if on_cpu and os.environ.get("TRITON_INTERPRET") != "1":
         return Rejected("kernel: no CUDA device here and Triton's interpreter is off; set TRITON_INTERPRET=1 "
@@ -165,6 +166,8 @@ def supports(workload: Workload, spec: KernelSpec = DEFAULT) -> Support:
     note = "" if head_dims is not None else "head-dim and dtype limits are the kernel's own"
     if workload.kv_dtype:
         return _fp8_support(workload, module, spec, on_cpu, note)
+    if workload.fp8_attention:
+        return _fp8_attention_support(workload, module, spec, note)
     if workload.mask != "none":
         if not callable(getattr(module, "flash_attn_varlen_func", None)):
             return Rejected(f"kernel: {spec.label()} has no flash_attn_varlen_func, and flash_attn_func takes no mask "
@@ -195,6 +198,26 @@ def _fp8_support(workload: Workload, module, spec: KernelSpec, on_cpu: bool, not
                                                   "flash_attn_with_kvcache (k_descale, v_descale)"])))
 
 
+def _fp8_attention_support(workload: Workload, module, spec: KernelSpec, note: str) -> Support:
+    """FP8 attention (e4m3 q, k, v) reaches a kernel through `flash_attn_func` with FlashAttention-3's descales;
+    without them the kernel has no FP8 path, which is a rejection, never a bf16 run."""
+    if not takes_keywords(getattr(module, "flash_attn_func", None), "q_descale", "k_descale", "v_descale"):
+        return Rejected(f"kernel: {spec.label()}'s flash_attn_func takes no q_descale/k_descale/v_descale: no FP8 "
+                        "attention path")
+    if workload.mask != "none":
+        return Rejected(f"kernel: FP8 attention goes through flash_attn_func, which takes no mask={workload.mask} "
+                        "(no FP8 varlen form)")
+    head_dims = getattr(module, "FP8_HEAD_DIMS", None)
+    if head_dims is not None and workload.head_dim not in head_dims:
+        return Rejected(f"kernel: head dim {workload.head_dim}: {spec.label()}'s FP8 attention is built for head "
+                        f"dims {', '.join(map(str, head_dims))}")
+    return Accepted("; ".join(filter(None, [note, FP8_ATTENTION_PATH])))
+
+
+FP8_ATTENTION_PATH = ("q, k, v quantized to e4m3 in the call (attnprof::quantize_fp8), then flash_attn_func with "
+                      "q_descale, k_descale, v_descale")
+
+
 def kernel_attention(inputs: Inputs, spec: KernelSpec = DEFAULT) -> torch.Tensor:
     """`[B, H, S, D]` in and out; the kernel itself sees `[B, S, H, D]`. An FP8 KV cache (`inputs.fp8`) goes
     through `flash_attn_with_kvcache` over the whole cache with its descales."""
@@ -209,6 +232,12 @@ def kernel_attention(inputs: Inputs, spec: KernelSpec = DEFAULT) -> torch.Tensor
         q, k8, v8 = (t.transpose(1, 2) for t in (inputs.q, c.k, c.v))  # [B, S, H, D] views
         out = module.flash_attn_with_kvcache(q, k8, v8, softmax_scale=inputs.scale, causal=inputs.causal,
                                              k_descale=c.k_descale, v_descale=c.v_descale)
+        return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)
+    if inputs.fp8_qkv is not None:  # FP8 attention: the quantize steps are part of the call (variants/fp8.py)
+        c = inputs.fp8_qkv
+        q8, k8, v8 = (t.transpose(1, 2) for t in quantized_qkv(inputs))  # [B, S, H, D] views
+        out = module.flash_attn_func(q8, k8, v8, softmax_scale=inputs.scale, causal=inputs.causal,
+                                     q_descale=c.q_descale, k_descale=c.k_descale, v_descale=c.v_descale)
         return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)
     if inputs.attn_mask is not None:  # padding: the varlen form over each sequence's key range
         return padded_attention(module, inputs.q, inputs.k, inputs.v, inputs.attn_mask, inputs.scale)
@@ -236,6 +265,7 @@ def kernel_variant(spec: KernelSpec = DEFAULT) -> Variant:
     run.kernel_spec = spec  # the repo it loads, for models/attention.py's adapter
     return Variant(name="kernel", fn=run, supports=accepts, family="kernel", backend="kernel",
                    fp8_path="the FP8 bytes, through flash_attn_with_kvcache (k_descale, v_descale)",
+                   fp8_attention=FP8_ATTENTION_PATH,
                    description=f"a fused kernel loaded through the `kernels` library: {spec.label()}",
                    recipe=(kernel_variant, (spec,)))
 

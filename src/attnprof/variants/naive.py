@@ -50,6 +50,37 @@ def plain_attention(inputs: Inputs) -> torch.Tensor:
     return eager_attention(dataclasses.replace(inputs, k=k, v=v), inplace=False)
 
 
+def plain_fp8_attention(inputs: Inputs) -> torch.Tensor:
+    """Plain FP8 attention, the gate's baseline for `dtype="fp8"`: FlashAttention-3's arithmetic written out on the
+    dequantised q, k, v (exact in fp32): QKᵀ and softmax in fp32, the unnormalised probabilities P = exp(s - rowmax)
+    rounded to e4m3 for the P·V product (the one rounding FP8 attention adds beyond its inputs), the row sums from
+    P before rounding, fp32 accumulation, the output in the inputs' dtype."""
+    fmt = inputs.fp8_qkv.fmt if inputs.fp8_qkv is not None else torch.float8_e4m3fn
+    g = inputs.q.shape[1] // inputs.k.shape[1]
+    q, k, v = inputs.q.float(), *(t.float().repeat_interleave(g, dim=1) for t in (inputs.k, inputs.v))
+    s = torch.matmul(q, k.transpose(-2, -1)) * inputs.scale
+    keep = _keep(inputs)
+    if keep is not None:
+        s = s.masked_fill(~keep, float("-inf"))
+    m = s.amax(dim=-1, keepdim=True)
+    p = torch.exp(s - torch.where(torch.isinf(m), 0.0, m))
+    row_sum = p.sum(dim=-1, keepdim=True)
+    out = torch.matmul(p.to(fmt).float(), v) / torch.where(row_sum == 0, 1.0, row_sum)
+    return out.to(inputs.q.dtype)
+
+
+def _keep(inputs: Inputs) -> torch.Tensor | None:
+    """Boolean `[B or 1, 1, Sq, Sk]` of the keys each query sees (None: all); causal bottom-right aligned."""
+    if inputs.valid is not None:
+        return inputs.valid
+    if inputs.attn_mask is not None and inputs.attn_mask.dtype == torch.bool:
+        return inputs.attn_mask
+    if inputs.causal:
+        sq, sk = inputs.q.shape[2], inputs.k.shape[2]
+        return torch.ones(sq, sk, dtype=torch.bool, device=inputs.q.device).tril(sk - sq)[None, None]
+    return None
+
+
 def naive_attention(inputs: Inputs) -> torch.Tensor:
     return eager_attention(inputs, inplace=False)
 

@@ -72,4 +72,5 @@ REFERENCE = Variant(
     fn=reference_attention,
     description="float64 oracle (chunked); the definition of correct",
     family="reference",
+    fp8_attention="fp64 on the dequantised q, k, v (the oracle FP8 attention is gated against)",
 )

@@ -7,7 +7,10 @@ of its error (`GQAConventionError`), so the likely cause is named where the fail
 (bool, True = attend; or additive float) and `causal=False`; one that does not is rejected for masked workloads.
 A function with a `kv_cache=` parameter is given, when the workload's keys and values are an FP8 KV cache
 (`--kv-dtype`), the cache as stored (`workload.Fp8KV`: FP8 k/v `[B, Hkv, Sk, D]`, fp32 descales `[B, Hkv]`), so a
-user's FP8 kernel reads the FP8 bytes; k/v are then the dequantised cache, what any other function gets.
+user's FP8 kernel reads the FP8 bytes; k/v are then the dequantised cache, what any other function gets. A
+function with `q_descale=`, `k_descale=` and `v_descale=` parameters runs FP8 attention (`--dtype fp8`, which rejects
+any other function): it is given e4m3 q, k, v `[B, H, S, D]` (quantized in the call, `variants.fp8`) and the fp32
+descales `[B, Hkv]` in FlashAttention-3's convention, and returns bf16.
 The output must be `[B, Hq, Sq, D]`: anything else (`None` included) is that function's `error` row, naming what it
 returned and the shape expected (`base.check_output`, at every call site: `run()` and the model adapter). A function
 that calls `sys.exit` is an `error` row too ("raised SystemExit(5)"), never the tool's exit; Ctrl-C still stops the run.
@@ -22,6 +25,7 @@ import torch
 
 from attnprof.errors import UsageError, VariantFailed, first_line
 from attnprof.variants.base import Accepted, Rejected, Support, Variant, takes_keywords
+from attnprof.variants.fp8 import quantized_qkv
 from attnprof.workload import Inputs, Workload
 
 
@@ -59,6 +63,7 @@ def load_user_variant(spec: str) -> Variant:
         raise UsageError(f"variant {spec!r} is not callable")
     takes_mask = _check_signature(spec, fn)
     takes_cache = takes_keywords(fn, "kv_cache")  # the FP8 cache as stored (see the module docstring)
+    takes_descales = takes_keywords(fn, *DESCALES)  # FP8 attention (see the module docstring)
 
     def run(inputs: Inputs) -> torch.Tensor:
         try:
@@ -72,11 +77,16 @@ def load_user_variant(spec: str) -> Variant:
             kwargs["attn_mask"] = inputs.attn_mask
         if inputs.fp8 is not None and takes_cache:
             kwargs["kv_cache"] = inputs.fp8
-        heads, kv_heads = inputs.q.shape[1], inputs.k.shape[1]
+        q, k, v = inputs.q, inputs.k, inputs.v
+        if inputs.fp8_qkv is not None:  # FP8 attention: only functions taking the descales get here (Variant.check)
+            q, k, v = quantized_qkv(inputs)
+            c = inputs.fp8_qkv
+            kwargs.update(q_descale=c.q_descale, k_descale=c.k_descale, v_descale=c.v_descale)
+        heads, kv_heads = q.shape[1], k.shape[1]
         if heads == kv_heads:
-            return fn(inputs.q, inputs.k, inputs.v, **kwargs)
+            return fn(q, k, v, **kwargs)
         try:
-            return fn(inputs.q, inputs.k, inputs.v, **kwargs)
+            return fn(q, k, v, **kwargs)
         except torch.OutOfMemoryError:
             raise  # out of memory is its own status, whatever the heads
         except (RuntimeError, ValueError, TypeError, IndexError, AssertionError) as exc:  # shape errors, asserts
@@ -90,8 +100,12 @@ def load_user_variant(spec: str) -> Variant:
     run.__name__ = getattr(fn, "__name__", attr)
     return Variant(name=spec, fn=run, supports=supports, family="user",
                    fp8_path="the FP8 bytes, as kv_cache=" if takes_cache else None,
+                   fp8_attention=("e4m3 q, k, v with q_descale, k_descale, v_descale" if takes_descales else None),
                    description=(inspect.getdoc(fn) or "user function").splitlines()[0],
                    recipe=(load_user_variant, (spec,)))
+
+
+DESCALES = ("q_descale", "k_descale", "v_descale")
 
 
 def _check_signature(spec: str, fn) -> bool:
@@ -100,8 +114,9 @@ def _check_signature(spec: str, fn) -> bool:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return False  # builtins without a signature: trust the call, the output check still applies
+    extra = {name: None for name in DESCALES if name in sig.parameters}  # FP8 attention's, when it takes them
     try:
-        sig.bind(1, 2, 3, causal=True, scale=1.0)
+        sig.bind(1, 2, 3, causal=True, scale=1.0, **extra)
     except TypeError as exc:
         raise UsageError(f"variant {spec!r} must accept (q, k, v, *, causal, scale): {exc}") from None
     params = sig.parameters
