@@ -116,6 +116,20 @@ def test_the_quantize_steps_are_counted_and_named_in_the_profile(tmp_path):
     assert "attnprof::quantize_fp8: quantization of the inputs" in quantize[0].cause.text()
 
 
+def test_bench_times_fp8_attention_against_sdpa_bf16_of_the_same_shape(tmp_path):
+    """SDPA has no FP8 path, so an FP8 cell's `× sdpa` is against SDPA's bf16 cell of the same shape."""
+    out = tmp_path / "b"
+    rc = main(["bench", "--device", "cpu", "--dtype", "bf16,fp8", "--variants", f"sdpa,{CORRECT}", "--batch", "1",
+               "--heads", "2", "--seq", "64", "--head-dim", "64", "--reps", "5", "--warmup", "1", "--out", str(out)])
+    assert rc == 0
+    rows = {(r["variant"], r["workload"]["dtype"]): r for r in map(json.loads, (out / "results.jsonl").open())}
+    assert rows[("sdpa", "fp8")]["status"] == "rejected" and "no FP8 attention" in rows[("sdpa", "fp8")]["reason"]
+    fp8 = rows[(CORRECT, "fp8")]
+    assert fp8["status"] == "ok" and fp8["speedup"]["vs_sdpa"] > 0, fp8
+    bf16 = rows[(CORRECT, "bf16")]  # its descales have no defaults: FP8 attention only, said before it runs
+    assert bf16["status"] == "rejected" and "FP8 attention only" in bf16["reason"], bf16
+
+
 def test_a_gpu_kernel_inside_the_quantize_op_is_a_quantize_step():
     """On the GPU the op's kernel is an elementwise division: its launching op names it, not its own name."""
     div = Event("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "

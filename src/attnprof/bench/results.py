@@ -166,9 +166,12 @@ def rewrite_without_tail(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def baseline_key(row: dict[str, Any], baseline: str) -> str:
+    """The key of `baseline`'s cell on this row's workload; for FP8 attention (dtype fp8, which naive and SDPA
+    cannot run) their bf16 cell: FP8's activation dtype, the run FP8 replaces."""
     from attnprof.bench.spec import cell_key
 
-    return cell_key(baseline, row["workload"])
+    w = row["workload"]
+    return cell_key(baseline, {**w, "dtype": "bf16"} if w.get("dtype") == "fp8" else w)
 
 
 def gpu_kind(row: dict[str, Any]) -> str:

@@ -64,6 +64,7 @@ def load_user_variant(spec: str) -> Variant:
     takes_mask = _check_signature(spec, fn)
     takes_cache = takes_keywords(fn, "kv_cache")  # the FP8 cache as stored (see the module docstring)
     takes_descales = takes_keywords(fn, *DESCALES)  # FP8 attention (see the module docstring)
+    fp8_only = takes_descales and _required(fn, *DESCALES)  # descales without defaults: FP8 attention only
 
     def run(inputs: Inputs) -> torch.Tensor:
         try:
@@ -93,6 +94,9 @@ def load_user_variant(spec: str) -> Variant:
             raise GQAConventionError(f"{gqa_sentence(spec, heads, kv_heads)}. It raised {first_line(exc)}") from exc
 
     def supports(workload: Workload) -> Support:
+        if fp8_only and not workload.fp8_attention:
+            return Rejected(f"{spec}: its q_descale, k_descale, v_descale have no defaults: FP8 attention only "
+                            "(--dtype fp8)")
         if workload.mask != "none" and not takes_mask:
             return Rejected(f"{spec}: the workload has a {workload.mask} mask and the function takes no attn_mask=")
         return Accepted(gqa_convention(spec, workload) or "")
@@ -106,6 +110,12 @@ def load_user_variant(spec: str) -> Variant:
 
 
 DESCALES = ("q_descale", "k_descale", "v_descale")
+
+
+def _required(fn, *names: str) -> bool:
+    """Whether any of `names` is a parameter of `fn` without a default."""
+    params = inspect.signature(fn).parameters
+    return any(params[n].default is inspect.Parameter.empty for n in names if n in params)
 
 
 def _check_signature(spec: str, fn) -> bool:
