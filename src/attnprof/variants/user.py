@@ -10,7 +10,7 @@ A function with a `kv_cache=` parameter is given, when the workload's keys and v
 user's FP8 kernel reads the FP8 bytes; k/v are then the dequantised cache, what any other function gets. A
 function with `q_descale=`, `k_descale=` and `v_descale=` parameters runs FP8 attention (`--dtype fp8`, which rejects
 any other function): it is given e4m3 q, k, v `[B, H, S, D]` (quantized in the call, `variants.fp8`) and the fp32
-descales `[B, Hkv]` in FlashAttention-3's convention, and returns bf16.
+descales `[B, Hkv]` in FlashAttention-3's convention, and returns bf16; without defaults for them it runs nothing else.
 The output must be `[B, Hq, Sq, D]`: anything else (`None` included) is that function's `error` row, naming what it
 returned and the shape expected (`base.check_output`, at every call site: `run()` and the model adapter). A function
 that calls `sys.exit` is an `error` row too ("raised SystemExit(5)"), never the tool's exit; Ctrl-C still stops the run.
