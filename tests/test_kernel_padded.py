@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from interpreter_child import run_child
+
+INTERPRETER_CHILD = True  # its child starts in the background once tests are collected (conftest.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +39,8 @@ SHAPES = {  # name: (B, Hq, Hkv, Sq, Sk, D, causal, mask)
 # ---------------------------------------------------------------------------------------------------------------
 # The child: runs with TRITON_INTERPRET=1 from its first import on.
 # ---------------------------------------------------------------------------------------------------------------
-def _child(out_dir: str) -> dict:
+def _child() -> dict:
+    out_dir = os.path.join(tempfile.mkdtemp(prefix="padded-kernel-"), "verify")  # removed by the fixture
     from attnprof.cli import main
     from attnprof.oracle.agreement import Reference
     from attnprof.variants.kernel_hub import KERNEL
@@ -74,13 +78,15 @@ def _child(out_dir: str) -> dict:
     rc = main(["verify", "--device", "cpu", "--model", str(config), "--impls", "eager,kernel", "--dtype", "fp16",
                "--seed", "5", "--model-batch", "2", "--model-seq", "12", "--decode-tokens", "3", "--out", str(model_out)])
     results["model"] = {"rc": rc, "results": json.loads((model_out / "verify.json").read_text())["model"]["results"]}
+    results["tmp"] = str(Path(out_dir).parent)
     return results
 
 
 @pytest.fixture(scope="module")
-def interp(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("padded") / "verify"
-    return run_child(__file__, str(out))
+def interp() -> dict:
+    results = run_child(__file__)
+    yield results
+    shutil.rmtree(results["tmp"], ignore_errors=True)
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
@@ -149,4 +155,4 @@ def test_masks_that_are_not_key_ranges_are_refused_by_name(damage):
 
 if __name__ == "__main__":
     assert os.environ.get("TRITON_INTERPRET") == "1", "run the child with TRITON_INTERPRET=1"
-    print(json.dumps(_child(sys.argv[1])))
+    print(json.dumps(_child()))
