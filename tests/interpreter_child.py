@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -53,6 +54,14 @@ def run_child(script: str, *args: str, timeout: int = 900) -> dict:
     if job is not None and not job.cancel():  # started (or finished) in the background: its result
         return job.result()
     return _run(script, *args, timeout=timeout)
+
+
+def child_report(script: str):
+    """For a module-scoped fixture (`yield from child_report(__file__)`): the child's report, and after the module's
+    tests the folder the child made for its files (`report["tmp"]`) removed."""
+    report = run_child(script)
+    yield report
+    shutil.rmtree(report["tmp"], ignore_errors=True)
 
 
 def prelaunch(scripts: list[str]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +31,7 @@ from attnprof.variants.naive import NAIVE
 from attnprof.variants.sdpa import SDPA
 from attnprof.variants.user import load_user_variant
 from attnprof.workload import Workload, fp8_quantize
-from interpreter_child import run_child
+from interpreter_child import child_report
 
 INTERPRETER_CHILD = True  # its child starts in the background once tests are collected (conftest.py)
 
@@ -157,13 +156,11 @@ def _child() -> dict:
 
 @pytest.fixture(scope="module")
 def kernel_child():
-    last = run_child(__file__)
-    yield last, Path(last["tmp"])
-    shutil.rmtree(last["tmp"], ignore_errors=True)
+    yield from child_report(__file__)
 
 
 def test_the_kernel_runs_fp8_attention_within_the_gate_and_says_what_it_costs(kernel_child):
-    last, tmp = kernel_child
+    last, tmp = kernel_child, Path(kernel_child["tmp"])
     assert last["verify_rc"] == 0, last
     rows = {(c["name"], r["variant"]): r for c in json.loads((tmp / "verify" / "verify.json").read_text())["kernel"][
         "cases"] for r in c["results"]}
@@ -177,7 +174,7 @@ def test_the_kernel_runs_fp8_attention_within_the_gate_and_says_what_it_costs(ke
 
 
 def test_stages_runs_only_the_kernel_and_counts_its_quantize_steps(kernel_child):
-    last, tmp = kernel_child
+    last, tmp = kernel_child, Path(kernel_child["tmp"])
     assert last["stages_rc"] == 0, last
     results = json.loads((tmp / "stages" / "results.json").read_text())
     stages = {s["variant"]: s for s in results["stages"]}

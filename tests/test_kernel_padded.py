@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from interpreter_child import run_child
+from interpreter_child import child_report
 
 INTERPRETER_CHILD = True  # its child starts in the background once tests are collected (conftest.py)
 
@@ -84,9 +83,7 @@ def _child() -> dict:
 
 @pytest.fixture(scope="module")
 def interp() -> dict:
-    results = run_child(__file__)
-    yield results
-    shutil.rmtree(results["tmp"], ignore_errors=True)
+    yield from child_report(__file__)
 
 
 @pytest.mark.parametrize("name", list(SHAPES))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import torch
 from attnprof.cli import main
 from attnprof.errors import UsageError
 from attnprof.workload import Workload, quantize_kv
-from interpreter_child import run_child
+from interpreter_child import child_report
 
 INTERPRETER_CHILD = True  # its child starts in the background once tests are collected (conftest.py)
 
@@ -208,14 +207,12 @@ def _child() -> dict:
 
 @pytest.fixture(scope="module")
 def kernel_child():
-    last = run_child(__file__)
-    yield last, Path(last["tmp"])
-    shutil.rmtree(last["tmp"], ignore_errors=True)
+    yield from child_report(__file__)
 
 
 def test_the_kernel_reads_the_fp8_cache_and_passes(kernel_child):
     """Within the gate of its dequantised cache, its cost reported; bf16 is refused under the interpreter."""
-    last, tmp = kernel_child
+    last, tmp = kernel_child, Path(kernel_child["tmp"])
     assert last["kernel_rc"] == 0, last
     data = json.loads((tmp / "kernel" / "verify.json").read_text())
     rows = {(c["name"], c["workload"]["dtype"]): r for c in data["kernel"]["cases"] for r in c["results"]}
@@ -228,7 +225,7 @@ def test_the_kernel_reads_the_fp8_cache_and_passes(kernel_child):
 def test_our_kernel_reads_the_model_cache_fp8_bytes_and_passes(kernel_child):
     """Inside a model the kernel gets the FP8 bytes of the cache with its descales (`models.fp8_cache.fp8_of`,
     counted) and passes against eager fp32 over the same cache."""
-    last, tmp = kernel_child
+    last, tmp = kernel_child, Path(kernel_child["tmp"])
     assert last["model_rc"] == 0 and last["fp8_reads"] > 0, last
     rows = {r["impl"]: r for r in json.loads((tmp / "model" / "verify.json").read_text())["model"]["results"]}
     assert rows["kernel (kv fp8)"]["status"] == "pass" and rows["kernel"]["status"] == "pass"
@@ -238,7 +235,7 @@ def test_production_decode_over_an_fp8_static_cache_reads_the_bytes_and_matches_
     """`serve --kv-dtype fp8`'s step: generate compiled by dynamo over `Fp8StaticCache` with our kernel reading the
     FP8 bytes (every decode call passes descales) gives eager-over-the-FP8-cache's tokens and logits to fp16
     rounding; a key descale doubled after the prompt moves them (the compiled step reads the live descale)."""
-    serve = kernel_child[0]["serve"]
+    serve = kernel_child["serve"]
     assert serve["tokens_equal"], serve
     assert serve["max_logit_diff"] < 1e-2 * max(1.0, serve["logit_scale"]), serve
     assert serve["fp8_calls"] >= 5 and serve["fp8_calls"] == serve["calls"], serve  # 5 decode steps x 1 layer
