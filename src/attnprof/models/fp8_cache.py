@@ -97,6 +97,7 @@ class Fp8StaticLayer(StaticLayer):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         b, h, _, d = key_states.shape
         self.device, self.batch_size, self.num_heads = key_states.device, b, h
+        self.dtype = key_states.dtype  # the model's: transformers 5.17's StaticLayer keeps it (5.24 does not)
         self.k_head_dim, self.v_head_dim = d, value_states.shape[-1]
         self.keys = torch.zeros(b, h, self.max_cache_len, d, dtype=self.fmt, device=self.device)
         self.values = torch.zeros(b, h, self.max_cache_len, self.v_head_dim, dtype=self.fmt, device=self.device)
