@@ -26,6 +26,7 @@ from attnprof.profiling.attribution import Origin
 from attnprof.profiling.summary import _gpu_role
 from attnprof.profiling.trace import Event
 from attnprof.run import Status, run
+from attnprof.variants import fp8 as fp8_module
 from attnprof.variants.fp8 import quantize_fp8
 from attnprof.variants.naive import NAIVE
 from attnprof.variants.sdpa import SDPA
@@ -39,7 +40,7 @@ CORRECT = "tests.broken:fp8_attn_correct"
 BROKEN = ("tests.broken:fp8_attn_q_descale_2x", "tests.broken:fp8_attn_v_descale_ignored")
 
 
-def test_fp8_inputs_are_exact_bf16_values_and_the_quantize_op_gives_back_their_bytes():
+def test_fp8_inputs_are_exact_bf16_values_and_the_quantize_op_gives_back_their_bytes(monkeypatch):
     w = Workload(batch=2, heads=4, kv_heads=2, seq=24, head_dim=64, dtype="e4m3", causal=True)
     assert w.dtype == "fp8" and w.torch_dtype == torch.bfloat16 and w.fp8_attention == torch.float8_e4m3fn
     assert "fp8" in w.label() and w.to_json()["dtype"] == "fp8"
@@ -53,6 +54,8 @@ def test_fp8_inputs_are_exact_bf16_values_and_the_quantize_op_gives_back_their_b
     assert torch.equal(q8.view(torch.uint8), fp8_quantize(c.q_orig, per_head, c.fmt).view(torch.uint8))
     assert torch.equal(i.q.double(), q8.double() * per_head.double()[:, :, None, None])  # exact in bf16
     assert q8.float().abs().amax() > 224  # the range is used
+    monkeypatch.setitem(fp8_module._ONE_KERNEL, "cpu", False)  # a device that cannot store FP8 from a division
+    assert torch.equal(quantize_fp8(i.q, c.q_descale, c.fmt).view(torch.uint8), q8.view(torch.uint8))
     err = ((i.k - c.k_orig).double().norm() / c.k_orig.double().norm()).item()
     assert 0.005 < err < 0.05, err  # quantized, by e4m3's 3 mantissa bits
     assert i.unquantized().q is c.q_orig and i.unquantized().fp8_qkv is None

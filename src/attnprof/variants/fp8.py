@@ -2,7 +2,8 @@
 
 A model's projections hand attention bf16 activations; an FP8 kernel needs e4m3 bytes and descales. So the step is
 part of the FP8 kernel's price, and each of q, k, v is quantized inside the variant's call by one op,
-`attnprof::quantize_fp8` (x / descale written straight into an e4m3 tensor, one elementwise kernel): the profile
+`attnprof::quantize_fp8` (x / descale written straight into an e4m3 tensor, one elementwise kernel; a division then a
+cast where a device cannot store FP8 from a division): the profile
 names its kernels role `quantize` through that op (`profiling.summary`), whatever the elementwise kernel is called.
 With the workload's power-of-two descales this gives exactly the bytes `Workload.make_inputs` dequantised.
 """
@@ -20,12 +21,20 @@ QUANTIZE_OP = "attnprof::quantize_fp8"  # the op name the profile's roles look f
 def quantize_fp8(x: torch.Tensor, descale: torch.Tensor, fmt: torch.dtype) -> torch.Tensor:
     """x `[B, H, S, D]` / descale `[B, Hd]` (Hd divides H: a descale per group of H // Hd consecutive heads), in
     `fmt`, `[B, H, S, D]` contiguous; values past the format's largest saturate (torch's float8 cast)."""
-    b, h = x.shape[:2]
-    out = torch.empty(x.shape, dtype=fmt, device=x.device)
-    groups = h // descale.shape[1]
-    torch.div(x.unflatten(1, (descale.shape[1], groups)), descale[:, :, None, None, None].to(x.device),
-              out=out.unflatten(1, (descale.shape[1], groups)))
-    return out
+    hd = descale.shape[1]
+    grouped = x.unflatten(1, (hd, x.shape[1] // hd))
+    d = descale[:, :, None, None, None].to(x.device)
+    if _ONE_KERNEL.get(x.device.type, True):
+        out = torch.empty(x.shape, dtype=fmt, device=x.device)
+        try:
+            torch.div(grouped, d, out=out.unflatten(1, grouped.shape[1:3]))
+            return out
+        except RuntimeError:  # a device whose elementwise kernels cannot store FP8: divide, then cast (same bytes)
+            _ONE_KERNEL[x.device.type] = False
+    return (grouped / d).to(fmt).flatten(1, 2)
+
+
+_ONE_KERNEL: dict[str, bool] = {}  # device type -> whether a division can write FP8 directly (one kernel)
 
 
 @quantize_fp8.register_fake
