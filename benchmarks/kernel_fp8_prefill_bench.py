@@ -8,7 +8,7 @@ timed (an FP8 model keeps its activations in FP8). Where the installed torch has
 (`torch.nn.attention.experimental._scaled_dot_product_attention_quantized`, torch >= 2.13 with FA3 activated) it is
 a row too; otherwise the row says why not. Errors: each output against the fp64 attention of the bf16 inputs.
 
-    PYTHONPATH=src python3 benchmarks/kernel_fp8_prefill_bench.py [--seqs 1024,...,16384] [--out FILE.jsonl]
+    PYTHONPATH=src python3 benchmarks/kernel_fp8_prefill_bench.py [--seqs 1024,...,16384] [--explore] [--out FILE.jsonl]
 """
 
 from __future__ import annotations
@@ -45,7 +45,12 @@ def _quantized_sdpa():
     return qsdpa, ""
 
 
-def run(seq: int, tokens: int, hq: int, hkv: int, d: int, mod, rounds: int, gen) -> list[dict]:
+# `--explore`: the FP8 program's tile configs (BLOCK_M, BLOCK_N, warps, stages), as rows "ours fp8 MxN wW sS" beside
+# the default (128x64 w8 s3): what its defaults are to be chosen from
+CONFIGS = ((128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (128, 64, 8, 4), (128, 128, 4, 2))
+
+
+def run(seq: int, tokens: int, hq: int, hkv: int, d: int, mod, rounds: int, gen, explore: bool = False) -> list[dict]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     b = max(1, tokens // seq)
@@ -56,6 +61,11 @@ def run(seq: int, tokens: int, hq: int, hkv: int, d: int, mod, rounds: int, gen)
     impls = {"ours bf16": lambda: mod.flash_attn_func(q, k, v, causal=True),
              "ours fp8": lambda: mod.flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
                                                      v_descale=vd)}
+    for bm, bn, w, st in CONFIGS if explore else ():
+        impls[f"ours fp8 {bm}x{bn} w{w} s{st}"] = (
+            lambda bm=bm, bn=bn, w=w, st=st: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
+                                                               v_descale=vd, block_m=bm, block_n=bn, num_warps=w,
+                                                               num_stages=st))
 
     def cudnn():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -114,6 +124,8 @@ def main() -> int:
     p.add_argument("--kv-heads", type=int, default=16)
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--explore", action="store_true", help="also the FP8 program's tile configs (CONFIGS) at --explore-seqs")
+    p.add_argument("--explore-seqs", default="8192,16384")
     p.add_argument("--out", type=Path, help="one JSON row per (seq, implementation), written as each seq finishes")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -129,7 +141,9 @@ def main() -> int:
     sink = args.out.open("w") if args.out else None
     try:
         for seq in (int(s) for s in args.seqs.split(",") if s):
-            rows = run(seq, args.tokens, args.heads, args.kv_heads, args.head_dim, mod, max(1, args.rounds), gen)
+            explore = args.explore and str(seq) in args.explore_seqs.split(",")
+            rows = run(seq, args.tokens, args.heads, args.kv_heads, args.head_dim, mod, max(1, args.rounds), gen,
+                       explore)
             if sink:
                 sink.write("".join(json.dumps(r) + "\n" for r in rows))
                 sink.flush()

@@ -7,7 +7,7 @@
 set -u
 . scripts/gpu/lib.sh
 claim kernel-fp8-prefill
-timeout $(( $(left) > 240 ? 240 : $(left) )) python3 benchmarks/kernel_fp8_prefill_bench.py --rounds 3 \
+timeout $(( $(left) > 240 ? 240 : $(left) )) python3 benchmarks/kernel_fp8_prefill_bench.py --rounds 3 --explore \
   --out "$dest/fp8-prefill.jsonl" > "$dest/fp8-prefill.log" 2>&1
 echo "fp8 prefill bench exit=$?"; tail -20 "$dest/fp8-prefill.log" | cut -c1-200; stamp "fp8 prefill"
 # attnprof itself with --dtype fp8 (FP8 attention: the quantize steps inside the kernel's call): the numerics gate
