@@ -60,6 +60,8 @@ def test_fp8_inputs_are_exact_bf16_values_and_the_quantize_op_gives_back_their_b
     assert 0.005 < err < 0.05, err  # quantized, by e4m3's 3 mantissa bits
     assert i.unquantized().q is c.q_orig and i.unquantized().fp8_qkv is None
     assert w.input_bytes() < w.replace(dtype="bf16").input_bytes()  # q, k, v one byte each, the output two
+    strided = w.replace(transposed=True).make_inputs(0)  # [B, S, H, D] storage seen as [B, H, S, D], as models do
+    assert strided.q.stride()[1:] == (64, 4 * 64, 1) and strided.k.stride()[1:] == (64, 2 * 64, 1)
 
 
 @pytest.mark.parametrize("bad, words", [

@@ -341,6 +341,8 @@ class Workload:
         fp8_qkv = None
         if self.fp8_attention:
             fp8_qkv, q, k, v = quantize_qkv(q, k, v, self.fp8_attention)
+        if self.transposed and (fp8 or fp8_qkv):  # the dequantised values in the workload's [B, S, H, D] storage
+            q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
         return Inputs(q=q, k=k, v=v, causal=self.causal and attn_mask is None, scale=self.scale,
                       attn_mask=attn_mask, valid=valid, fp8=fp8, fp8_qkv=fp8_qkv)
 
