@@ -37,7 +37,8 @@ from interpreter_child import child_report
 INTERPRETER_CHILD = True  # its child starts in the background once tests are collected (conftest.py)
 
 CORRECT = "tests.broken:fp8_attn_correct"
-BROKEN = ("tests.broken:fp8_attn_q_descale_2x", "tests.broken:fp8_attn_v_descale_ignored")
+BROKEN = ("tests.broken:fp8_attn_q_descale_2x", "tests.broken:fp8_attn_v_descale_ignored",
+          "tests.broken:fp8_attn_scale_off_1pct")  # the last: caught by the scale check alone
 
 
 def test_fp8_inputs_are_exact_bf16_values_and_the_quantize_op_gives_back_their_bytes(monkeypatch):

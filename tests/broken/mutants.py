@@ -217,6 +217,11 @@ def fp8_attn_q_descale_2x(q, k, v, *, causal, scale, q_descale, k_descale, v_des
     return _fp8_attention(q, k, v, (q_descale, k_descale, v_descale), causal, scale, factors=(2.0, 1.0, 1.0))
 
 
+def fp8_attn_scale_off_1pct(q, k, v, *, causal, scale, q_descale, k_descale, v_descale):
+    """FP8 attention with the softmax scale 1 % off (a descale folded into it slightly wrong)."""
+    return _fp8_attention(q, k, v, (q_descale, k_descale, v_descale), causal, scale * 1.01)
+
+
 def fp8_attn_v_descale_ignored(q, k, v, *, causal, scale, q_descale, k_descale, v_descale):
     """FP8 attention that never applies the value descale (the output off by that factor)."""
     return _fp8_attention(q, k, v, (q_descale, k_descale, v_descale), causal, scale, factors=(1.0, 1.0, 0.0))
@@ -227,4 +232,4 @@ MUTANTS = ("scale_off_1pct", "off_by_1e6", "scale_1_over_d", "causal_off_by_one"
            "last_key_dropped")
 SHAPE_ERRORS = ("wrong_layout", "wrong_signature")
 FP8_MUTANTS = ("fp8_k_descale_2x", "fp8_v_descale_ignored")  # with --kv-dtype fp8; fp8_correct is their control
-FP8_ATTENTION_MUTANTS = ("fp8_attn_q_descale_2x", "fp8_attn_v_descale_ignored")  # --dtype fp8; fp8_attn_correct
+FP8_ATTENTION_MUTANTS = ("fp8_attn_q_descale_2x", "fp8_attn_v_descale_ignored", "fp8_attn_scale_off_1pct")  # --dtype fp8; fp8_attn_correct
