@@ -187,6 +187,12 @@ class Inputs:
     fp8: Fp8KV | None = None  # an FP8 KV cache (`Workload.kv_dtype`): k/v above are its dequantised values
     fp8_qkv: Fp8QKV | None = None  # FP8 attention (`Workload.dtype == "fp8"`): q/k/v above are dequantised
 
+    def keep(self) -> torch.Tensor | None:
+        """Boolean `[B, 1, Sq, Sk]` of the keys each query sees: `valid`, else a boolean `attn_mask`, else None."""
+        if self.valid is None and self.attn_mask is not None and self.attn_mask.dtype == torch.bool:
+            return self.attn_mask
+        return self.valid
+
     def unquantized(self) -> Inputs:
         """These inputs before FP8 quantization: the keys/values of an FP8 cache, or q, k, v of FP8 attention
         (itself when nothing was quantized)."""

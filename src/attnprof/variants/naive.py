@@ -70,11 +70,11 @@ def plain_fp8_attention(inputs: Inputs) -> torch.Tensor:
 
 
 def _keep(inputs: Inputs) -> torch.Tensor | None:
-    """Boolean `[B or 1, 1, Sq, Sk]` of the keys each query sees (None: all); causal bottom-right aligned."""
-    if inputs.valid is not None:
-        return inputs.valid
-    if inputs.attn_mask is not None and inputs.attn_mask.dtype == torch.bool:
-        return inputs.attn_mask
+    """Boolean `[B or 1, 1, Sq, Sk]` of the keys each query sees (None: all): `Inputs.keep`, else the causal rule
+    (bottom-right aligned) of inputs made without `valid`."""
+    keep = inputs.keep()
+    if keep is not None:
+        return keep
     if inputs.causal:
         sq, sk = inputs.q.shape[2], inputs.k.shape[2]
         return torch.ones(sq, sk, dtype=torch.bool, device=inputs.q.device).tril(sk - sq)[None, None]

@@ -37,9 +37,7 @@ def fp64_chunks(inputs: Inputs, budget_bytes: int = _CHUNK_BYTES) -> Iterator[Ch
     b, hq, sq, _ = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     groups = hq // hkv
-    keep = inputs.valid  # bool [B, 1, Sq, Sk] or None
-    if keep is None and inputs.attn_mask is not None and inputs.attn_mask.dtype == torch.bool:
-        keep = inputs.attn_mask
+    keep = inputs.keep()  # bool [B, 1, Sq, Sk] or None
     additive = inputs.attn_mask if inputs.attn_mask is not None and inputs.attn_mask.is_floating_point() else None
     rows = max(1, min(sq, budget_bytes // (sk * 8)))  # query rows per chunk: one head's scores within budget
     heads_per_chunk = max(1, min(hq, budget_bytes // (rows * sk * 8)))
