@@ -232,13 +232,13 @@ def kernel_attention(inputs: Inputs, spec: KernelSpec = DEFAULT) -> torch.Tensor
         q, k8, v8 = (t.transpose(1, 2) for t in (inputs.q, c.k, c.v))  # [B, S, H, D] views
         out = module.flash_attn_with_kvcache(q, k8, v8, softmax_scale=inputs.scale, causal=inputs.causal,
                                              k_descale=c.k_descale, v_descale=c.v_descale)
-        return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)
+        return _bhsd(out)
     if inputs.fp8_qkv is not None:  # FP8 attention: the quantize steps are part of the call (variants/fp8.py)
         c = inputs.fp8_qkv
         q8, k8, v8 = (t.transpose(1, 2) for t in quantized_qkv(inputs))  # [B, S, H, D] views
         out = module.flash_attn_func(q8, k8, v8, softmax_scale=inputs.scale, causal=inputs.causal,
                                      q_descale=c.q_descale, k_descale=c.k_descale, v_descale=c.v_descale)
-        return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)
+        return _bhsd(out)
     if inputs.attn_mask is not None:  # padding: the varlen form over each sequence's key range
         return padded_attention(module, inputs.q, inputs.k, inputs.v, inputs.attn_mask, inputs.scale)
     # [B, H, S, D] -> [B, S, H, D], flash-attn's layout, as views. A kernel that declares `ACCEPTS_STRIDED`
@@ -248,9 +248,13 @@ def kernel_attention(inputs: Inputs, spec: KernelSpec = DEFAULT) -> torch.Tensor
     if not (getattr(module, "ACCEPTS_STRIDED", False) and all(t.stride(-1) == 1 for t in (q, k, v))):
         q, k, v = (t.contiguous() for t in (q, k, v))
     out = module.flash_attn_func(q, k, v, softmax_scale=inputs.scale, causal=inputs.causal)
-    if isinstance(out, tuple):  # some builds return (out, softmax_lse, ...)
-        out = out[0]
-    return out.transpose(1, 2)  # [B, S, H, D] -> [B, H, S, D] (a view)
+    return _bhsd(out)
+
+
+def _bhsd(out) -> torch.Tensor:
+    """A flash-attn entry point's output `[B, S, H, D]` (some builds return `(out, softmax_lse, ...)`) as
+    `[B, H, S, D]`, a view."""
+    return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)
 
 
 def kernel_variant(spec: KernelSpec = DEFAULT) -> Variant:
