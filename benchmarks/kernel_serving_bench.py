@@ -42,6 +42,8 @@ FP8_IMPLS = ("ours-fp8", "ours-fp8-paged64", "ours-fp8-paged256")
 TUNE_POINTS = ((1, 1024), (1, 8192), (1, 32768), (4, 8192), (16, 8192), (64, 4096))
 # `--tune-set batch1` (issue 30 item 3): batch 1 against cuDNN, and batch 4 (4 splits) to see what a change costs there
 BATCH1_POINTS = ((1, 1024), (1, 8192), (1, 32768), (4, 8192))
+# `--tune-set fp8` (issue 45): decode configs over an e4m3 cache, where the bf16 default reads 31-84 % of the copy
+FP8_TUNE_POINTS = ((1, 8192), (1, 32768), (16, 8192), (64, 8192))
 
 
 DEVICE = "cuda"
@@ -220,6 +222,10 @@ def tune_configs(mod, tune_set: str) -> list:
     """The decode configs a tune set times: `sweep` is TUNING.md step 15's grid; `batch1` the split count and the
     merge's round trips at batch 1 (steps 19 and 20)."""
     c = mod.DecodeConfig
+    if tune_set == "fp8":  # over an e4m3 cache a 128-key tile carries half the bytes of a bf16 one: wider tiles,
+        # more warps (the widening to bf16 is work the bf16 cache does not have), deeper pipelines, more CTAs per SM
+        return [c(), c(block_n=256), c(block_n=256, num_warps=8), c(num_warps=8), c(block_n=64), c(num_stages=4),
+                c(block_n=256, num_stages=2), c(ctas_per_sm=2)]
     if tune_set == "batch1":  # the default (merge 4) against the one before it, split counts around the heuristic's
         # (14 at batch 1 over 32k keys: 112 of 132 SMs) and eight warps per split
         return [c(), c(merge_group=1, prefetch_merge=True), c(num_splits=8), c(num_splits=16), c(num_splits=32),
@@ -235,10 +241,11 @@ def tune_rows(mod, hq: int, hkv: int, d: int, l2_bytes: int, tune_set: str = "sw
     """Decode configs on a few points, graph-timed: the data behind TUNING.md's decode steps. `batch1` also times
     SDPA (auto: cuDNN on the H200) at each point, and profiles one call of a few configs kernel by kernel."""
     configs = tune_configs(mod, tune_set)
-    points = BATCH1_POINTS if tune_set == "batch1" else TUNE_POINTS
+    points = {"batch1": BATCH1_POINTS, "fp8": FP8_TUNE_POINTS}.get(tune_set, TUNE_POINTS)
     rows = []
     for b, s in points:
-        rows += _tune_point(mod, configs, b, s, hq, hkv, d, l2_bytes, with_sdpa=tune_set == "batch1")
+        rows += _tune_point(mod, configs, b, s, hq, hkv, d, l2_bytes, with_sdpa=tune_set == "batch1",
+                            fp8=tune_set == "fp8")
         print(f"tune B={b} S={s}: " + "  ".join(f"{r['impl']} {r.get('graph', float('nan')) * 1e3:.1f}us"
                                                  for r in rows if r["batch"] == b and r["kv_len"] == s),
               file=sys.stderr, flush=True)
@@ -281,19 +288,26 @@ def anatomy_rows(mod, configs, b: int, s: int, hq: int, hkv: int, d: int, calls:
 
 
 def _tune_point(mod, configs, b: int, s: int, hq: int, hkv: int, d: int, l2_bytes: int,
-                with_sdpa: bool = False) -> list[dict]:
-    kv_bytes = 4 * b * s * hkv * d
+                with_sdpa: bool = False, fp8: bool = False) -> list[dict]:
+    """`fp8`: every config over an e4m3 cache (descales per sequence and kv head), kv_bytes its FP8 bytes."""
+    kv_bytes = (2 if fp8 else 4) * b * s * hkv * d
     rotate = max(1, min(16, math.ceil(3 * l2_bytes / kv_bytes)))
     q = torch.randn(b, 1, hq, d, device=DEVICE, dtype=torch.bfloat16)
     ks = [torch.randn(b, s, hkv, d, device=DEVICE, dtype=torch.bfloat16) for _ in range(rotate)]
     vs = [torch.randn_like(k) for k in ks]
+    descales = {}
+    if fp8:
+        descales = {"k_descale": ks[0].float().abs().amax(dim=(1, 3)) / 448.0,
+                    "v_descale": vs[0].float().abs().amax(dim=(1, 3)) / 448.0}
+        ks = [(k.float() / descales["k_descale"][:, None, :, None]).to(torch.float8_e4m3fn) for k in ks]
+        vs = [(v.float() / descales["v_descale"][:, None, :, None]).to(torch.float8_e4m3fn) for v in vs]
     lens = torch.full((b,), s, dtype=torch.int32, device=DEVICE)
     rows, ref = [], None
     for cfg in configs:
         row = {"part": "tune", "impl": cfg.label(), "batch": b, "kv_len": s, "kv_bytes": kv_bytes}
 
         def call(i, cfg=cfg):
-            return mod.kvcache_attention(q, ks[i], vs[i], cache_seqlens=lens, config=cfg)
+            return mod.kvcache_attention(q, ks[i], vs[i], cache_seqlens=lens, config=cfg, **descales)
         try:
             out = call(0).float()  # against the first config's output: a config may change the order of sums only
             ref = out if ref is None else ref
@@ -324,8 +338,9 @@ def main() -> int:
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--decode-impls", default=",".join(DECODE_IMPLS),
                    help=f"decode implementations, in order (the first is the reference of rel_diff); also {', '.join(FP8_IMPLS)}")
-    p.add_argument("--tune-set", choices=("sweep", "batch1"), default="sweep",
-                   help="the decode configs --parts tune times (batch1: split count and merge at batch 1, with SDPA)")
+    p.add_argument("--tune-set", choices=("sweep", "batch1", "fp8"), default="sweep",
+                   help="the decode configs --parts tune times (batch1: split count and merge at batch 1, with SDPA; "
+                   "fp8: tile, warps and stages over an e4m3 cache)")
     p.add_argument("--flex-budget-s", type=float, default=40.0, help="stop compiling flex cells after this long")
     add_kernel_args(p)
     args = p.parse_args()

@@ -9,8 +9,11 @@ accumulation, the value descale applied once at the end. The row sums l use P be
 Triton's interpreter casts fp32 to FP8 wrongly (`_decode._quantize` says how), so on the CPU (`EXACT_P`) P is
 rounded in fp32 first; on the GPU the hardware conversion rounds to nearest even by itself.
 
-A plain FlashAttention-2 loop over 128 x 64 tiles: the shapes, stages and a warp-specialized form are for a GPU
-session to tune against the bf16 kernel and cuDNN's FP8 SDPA (issue 45's targets).
+A FlashAttention-2 loop over 128 x 64 tiles, the key slices every row sees whole without masks, the diagonal
+ones masked. The second product's B operand is Vᵀ: on sm_90 an FP8 wgmma takes only K-major operands, so V is read with
+the keys contiguous (`v_keys_contiguous`: a `[B, S, H, D]`-contiguous v is transposed once per call; read as it is,
+every slice of V would go through registers into a transposed shared-memory tile, unpipelined, as the first program
+did at 0.43x the bf16 kernel's speed on an H100).
 """
 
 from __future__ import annotations
@@ -39,15 +42,48 @@ def _p_fp8(p, EXACT_P: tl.constexpr):
 
 
 @triton.jit
+def _fp8_step(acc, l_i, m_i, q, k_base, v_base, start, offs_m, offs_n, offs_d, stride_ks, stride_vs, stride_vd,
+              scale, SQ, SK, MASKED: tl.constexpr, CAUSAL: tl.constexpr, EXACT_P: tl.constexpr):
+    """One BLOCK_N slice of keys. MASKED: the slice may hold keys past SK or past a row's causal diagonal (the
+    unmasked loop takes only slices every row sees whole, with no bounds checks)."""
+    n = start + offs_n
+    if MASKED:
+        k = tl.load(k_base + n.to(tl.int64)[:, None] * stride_ks + offs_d[None, :], mask=n[:, None] < SK, other=0.0)
+        # V read as Vᵀ `[D, BLOCK_N]` with the keys contiguous: the K-major operand the sm_90 FP8 wgmma takes
+        vt = tl.load(v_base + offs_d[:, None] * stride_vd + n.to(tl.int64)[None, :] * stride_vs,
+                     mask=n[None, :] < SK, other=0.0)
+    else:
+        k = tl.load(k_base + n.to(tl.int64)[:, None] * stride_ks + offs_d[None, :])
+        vt = tl.load(v_base + offs_d[:, None] * stride_vd + n.to(tl.int64)[None, :] * stride_vs)
+    s = tl.dot(q, tl.trans(k)) * scale
+    if MASKED:
+        keep = n[None, :] < SK
+        if CAUSAL:
+            keep = keep & (n[None, :] <= offs_m[:, None] + SK - SQ)
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet: exp2 gives 0
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = m_new
+    p = tl.math.exp2(s - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(_p_fp8(p, EXACT_P), tl.trans(vt), acc * alpha[:, None])
+    return acc, l_i, m_new
+
+
+@triton.jit
 def attention_fwd_fp8(Q, K, V, O, QD, KD, VD, qk_scale,
                       stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
-                      stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
+                      stride_vb, stride_vs, stride_vh, stride_vd, stride_ob, stride_os, stride_oh,
                       stride_qdb, stride_qdh, stride_kdb, stride_kdh, stride_vdb, stride_vdh,
                       H, GROUPS, SQ, SK,
                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                       EXACT_P: tl.constexpr):
-    """grid = (cdiv(Sq, BLOCK_M), B * Hq). q/k/v e4m3 `[B, S, H, D]` (last dim contiguous), out `[B, Sq, Hq, D]`,
-    descales fp32 at D[b·stride_db + hk·stride_dh] (strides 0: one per tensor). Causal is bottom-right aligned."""
+    """grid = (cdiv(Sq, BLOCK_M), B * Hq). q/k e4m3 `[B, S, H, D]` (last dim contiguous), v e4m3 `[B, S, H, D]` read
+    through its strides (the fast layout has the keys contiguous, stride_vs = 1), out `[B, Sq, Hq, D]`, descales fp32
+    at D[b·stride_db + hk·stride_dh] (strides 0: one per tensor). Causal is bottom-right aligned."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -66,26 +102,18 @@ def attention_fwd_fp8(Q, K, V, O, QD, KD, VD, qk_scale,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     hi = SK
-    if CAUSAL:  # the last key any row of this tile sees
+    full = SK // BLOCK_N * BLOCK_N  # key slices every row sees whole
+    if CAUSAL:  # the last key any row of this tile sees; the slices below the tile's first row's diagonal
         hi = tl.maximum(tl.minimum(SK, (pid_m + 1) * BLOCK_M + SK - SQ), 0)
+        full = tl.minimum(full, tl.maximum(pid_m * BLOCK_M + SK - SQ + 1, 0) // BLOCK_N * BLOCK_N)
     k_base = K + b.to(tl.int64) * stride_kb + hk * stride_kh
     v_base = V + b.to(tl.int64) * stride_vb + hk * stride_vh
-    for start in range(0, hi, BLOCK_N):
-        n = start + offs_n
-        k = tl.load(k_base + n.to(tl.int64)[:, None] * stride_ks + offs_d[None, :], mask=n[:, None] < SK, other=0.0)
-        s = tl.dot(q, tl.trans(k)) * scale
-        keep = n[None, :] < SK
-        if CAUSAL:
-            keep = keep & (n[None, :] <= offs_m[:, None] + SK - SQ)
-        s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet: exp2 gives 0
-        p = tl.math.exp2(s - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + n.to(tl.int64)[:, None] * stride_vs + offs_d[None, :], mask=n[:, None] < SK, other=0.0)
-        acc = tl.dot(_p_fp8(p, EXACT_P), v, acc * alpha[:, None])
-        m_i = m_new
+    for start in range(0, full, BLOCK_N):
+        acc, l_i, m_i = _fp8_step(acc, l_i, m_i, q, k_base, v_base, start, offs_m, offs_n, offs_d, stride_ks,
+                                  stride_vs, stride_vd, scale, SQ, SK, False, CAUSAL, EXACT_P)
+    for start in range(full, hi, BLOCK_N):
+        acc, l_i, m_i = _fp8_step(acc, l_i, m_i, q, k_base, v_base, start, offs_m, offs_n, offs_d, stride_ks,
+                                  stride_vs, stride_vd, scale, SQ, SK, True, CAUSAL, EXACT_P)
     out = acc * (vd / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
     tl.store(O + b.to(tl.int64) * stride_ob + offs_m.to(tl.int64)[:, None] * stride_os + h * stride_oh
              + offs_d[None, :], out.to(O.dtype.element_ty), mask=offs_m[:, None] < SQ)
@@ -94,6 +122,8 @@ def attention_fwd_fp8(Q, K, V, O, QD, KD, VD, qk_scale,
 def fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype) -> str | None:
     """None when the FP8 prefill can take these tensors, else why not."""
     for name, t in (("q", q), ("k", k), ("v", v)):
+        if name == "v" and isinstance(t, torch.Tensor) and t.dim() == 4 and t.stride(1) == 1:
+            t = t.transpose(1, 3)  # v with the keys contiguous (the layout the kernel reads) is taken as it is
         if problem := tensor_problem(name, t, 4, "[B, S, H, D]", fp8_ok=True):
             return problem
     if not q.dtype == k.dtype == v.dtype == torch.float8_e4m3fn:
@@ -116,6 +146,16 @@ def fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype) -> str | No
     return device_problem(q)
 
 
+def v_keys_contiguous(v: torch.Tensor) -> torch.Tensor:
+    """v `[B, S, H, D]` with the keys contiguous (stride 1 along S): the layout the second product reads, Vᵀ as the
+    sm_90 FP8 wgmma takes its B operand (K-major; a 16-bit one may be either). A `[B, S, H, D]`-contiguous v is copied
+    to it once per call (one read and one write of an FP8 v, FlashAttention-3 transposes V in shared memory instead);
+    a caller that keeps v so (`v.transpose(1, 3).contiguous().transpose(1, 3)`) skips the copy."""
+    if v.stride(1) == 1 or v.shape[1] <= 1:
+        return v
+    return v.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+
+
 def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None,
                   out_dtype=torch.bfloat16, *, block_m: int = 128, block_n: int = 64, num_warps: int = 8,
                   num_stages: int = 3):
@@ -134,12 +174,14 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
     descales = (q_descale, k_descale, v_descale)
     one = torch.ones(1, dtype=torch.float32, device=q.device) if any(t is None for t in descales) else None
     grid = (triton.cdiv(sq, block_m), b * hq)
-    attention_fwd_fp8[grid](q, k, v, out, *(one if t is None else t for t in descales), scale * _LOG2E,
-                            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+    vt = v_keys_contiguous(v)
+    attention_fwd_fp8[grid](q, k, vt, out, *(one if t is None else t for t in descales),
+                            scale * _LOG2E, *q.stride()[:3], *k.stride()[:3], *vt.stride(),
+                            *out.stride()[:3],
                             *(s for t in descales for s in descale_strides(t)),
                             hq, hq // hkv, sq, sk, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
                             EXACT_P=INTERPRETED, num_warps=num_warps, num_stages=num_stages)
     return out
 
 
-__all__ = ["FP8_HEAD_DIMS", "FP8_MAX", "fp8_attention", "fp8_problem"]
+__all__ = ["FP8_HEAD_DIMS", "FP8_MAX", "fp8_attention", "fp8_problem", "v_keys_contiguous"]
