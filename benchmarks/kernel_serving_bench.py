@@ -222,10 +222,11 @@ def tune_configs(mod, tune_set: str) -> list:
     """The decode configs a tune set times: `sweep` is TUNING.md step 15's grid; `batch1` the split count and the
     merge's round trips at batch 1 (steps 19 and 20)."""
     c = mod.DecodeConfig
-    if tune_set == "fp8":  # over an e4m3 cache a 128-key tile carries half the bytes of a bf16 one: wider tiles,
-        # more warps (the widening to bf16 is work the bf16 cache does not have), deeper pipelines, more CTAs per SM
-        return [c(), c(block_n=256), c(block_n=256, num_warps=8), c(num_warps=8), c(block_n=64), c(num_stages=4),
-                c(block_n=256, num_stages=2), c(ctas_per_sm=2)]
+    if tune_set == "fp8":  # over an e4m3 cache a 128-key tile carries half the bytes of a bf16 one: more CTAs per SM
+        # (the FP8 default, `_splits.DEFAULT_FP8`, first), the bf16 default, wider tiles, more warps (the widening to
+        # bf16 is work the bf16 cache does not have), deeper pipelines
+        return [mod.DEFAULT_FP8_DECODE, c(), c(num_warps=8), c(ctas_per_sm=2, num_warps=8), c(ctas_per_sm=2, block_n=64),
+                c(ctas_per_sm=3), c(block_n=64), c(block_n=256, num_warps=8), c(num_stages=4)]
     if tune_set == "batch1":  # the default (merge 4) against the one before it, split counts around the heuristic's
         # (14 at batch 1 over 32k keys: 112 of 132 SMs) and eight warps per split
         return [c(), c(merge_group=1, prefetch_merge=True), c(num_splits=8), c(num_splits=16), c(num_splits=32),

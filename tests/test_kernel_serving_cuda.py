@@ -236,6 +236,40 @@ def test_static_cache_decode_runs_under_compile_reduce_overhead(mod):
         assert err <= 2 * base + 1e-6, (n, err, base)
 
 
+def test_fp8_cache_decode_runs_under_compile_reduce_overhead(mod):
+    """The same over an FP8 (e4m3) cache with descales. The call's cached plan kept a 1.0 descale made inside the
+    tree's warm-up ("Detected 1 tensor(s) in the cudagraph pool not tracked as outputs": `serve --kv-dtype fp8` on the
+    H100); it is made outside the graph pools now (`_splits.one_on`)."""
+    import importlib
+
+    from attnprof.models.attention import register_variant
+    from attnprof.models.kernel_cache import kernel_over_cache
+    from attnprof.workload import Fp8KV
+
+    splits = importlib.import_module(mod.__name__ + "._splits")
+    splits._rings.clear()  # as in a fresh process
+    splits._ones.clear()
+    register_variant(kernel_hub.kernel_variant())
+    g = torch.Generator(device="cuda").manual_seed(6)
+    q = torch.randn(2, 32, 1, 128, device="cuda", dtype=torch.bfloat16, generator=g)  # [B, Hq, Sq, D]
+    k, v = (torch.randn(2, 8, 4096, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    kd, vd = (t.float().abs().amax(dim=(2, 3)) / 448 for t in (k, v))
+    k8, v8 = ((t.float() / d[:, :, None, None]).to(torch.float8_e4m3fn) for t, d in ((k, kd), (v, vd)))
+    fp8 = Fp8KV(k8, v8, kd, vd)
+    kx, vx = (t.double() * d[:, :, None, None].double() for t, d in ((k8, kd), (v8, vd)))  # what the cache holds
+    mask = torch.zeros(2, 1, 1, 4096, dtype=torch.bool, device="cuda")
+    step = lambda q, mask: kernel_over_cache(mod, "kernel", q, k8, v8, mask, 128 ** -0.5, fp8=fp8)  # noqa: E731
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    for n in (3000, 3001, 17, 4096):
+        mask.zero_()
+        mask[..., :n] = True
+        got = compiled(q, mask).clone()
+        want = torch.nn.functional.scaled_dot_product_attention(q.double(), kx[:, :, :n], vx[:, :, :n],
+                                                                enable_gqa=True).transpose(1, 2)
+        err = ((got.double() - want).norm() / want.norm()).item()
+        assert err < 1e-2, (n, err)  # bf16 arithmetic over the dequantised cache
+
+
 def test_no_host_sync_inside_a_call(mod):
     case = ([3000, 10], 4096, 32, 8, 128, "bf16", 64, 1, True, {})
     q, kc, vc, kn, vn, seqlens, table, *_ = _kvcache_case(case, seed=3)

@@ -19,7 +19,7 @@ timeout $(( $(left) > 200 ? 200 : $(left) )) python3 benchmarks/kernel_serving_b
   --flex-budget-s -1 > "$dest/grid.log" 2>&1
 echo "fp8 decode grid exit=$?"; stamp "fp8 decode grid"
 fi
-part tests && cuda_tests "$dest/tests.log" 150 tests/test_kernel_serving_cuda.py -k "kvcache"
+part tests && cuda_tests "$dest/tests.log" 150 tests/test_kernel_serving_cuda.py -k "kvcache or fp8_cache"
 if part verify; then
 timeout $(( $(left) > 120 ? 120 : $(left) )) python3 -m attnprof verify --device cuda --dtype bf16 --kv-dtype fp8 \
   --variants kernel,sdpa --seed 0 --out /tmp/fp8-verify > "$dest/verify.log" 2>&1
@@ -38,7 +38,7 @@ echo "fp8 decode tune exit=$?"; grep "^tune" "$dest/tune.log" | cut -c1-250; sta
 fi
 if part serve; then
 timeout $(( $(left) > 240 ? 240 : $(left) )) python3 -m attnprof serve --model llama-1b --dtype bf16 --loop production \
-  --mode decode --impls kernel --kv-dtype fp8 --decode-batch 1,16,64 --decode-context 8192 --new-tokens 32 --no-share \
+  --mode decode --impls kernel --kv-dtype fp8 --decode-batch 16,64 --decode-context 8192 --new-tokens 32 --no-share \
   --json --out "$dest" --stem serve-kv-fp8 > "$dest/serve-kv-fp8.log" 2>&1
 echo "serve --kv-dtype fp8 exit=$?"; grep -E "^ kernel" "$dest/serve-kv-fp8.log" | cut -c1-160; stamp "serve kv fp8"
 fi

@@ -67,13 +67,14 @@ from ._fp8 import FP8_HEAD_DIMS, fp8_attention
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
 from ._launch import fast_launch_problem, launcher, rebase
+from ._splits import DEFAULT_FP8 as DEFAULT_FP8_DECODE
 from ._splits import DecodeConfig, cdiv, sm_count
 from ._varlen import flash_attn_varlen_func, gluon_feature_args, gluon_varlen_unsupported, varlen_attention
 
 ACCEPTS_STRIDED = True  # any batch/seq/head strides with a contiguous head dim: callers may pass views, no copies
 MODEL_FEATURES = ("softcap", "window_size", "s_aux")  # flash-attn's arguments computed as flash-attn does (_features)
 __all__ = ["FP8_HEAD_DIMS", "fp8_attention", "MODEL_FEATURES", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
-           "kvcache_attention", "Config", "DecodeConfig", "default_config", "choose_config", "check_inputs",
+           "kvcache_attention", "Config", "DecodeConfig", "DEFAULT_FP8_DECODE", "default_config", "choose_config", "check_inputs",
            "gluon_unsupported", "gluon_varlen_unsupported", "tma_layout", "fast_launch_problem", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES",
            "INTERPRETED"]
 

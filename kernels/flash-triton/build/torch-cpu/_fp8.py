@@ -9,7 +9,10 @@ accumulation, the value descale applied once at the end. The row sums l use P be
 Triton's interpreter casts fp32 to FP8 wrongly (`_decode._quantize` says how), so on the CPU (`EXACT_P`) P is
 rounded in fp32 first; on the GPU the hardware conversion rounds to nearest even by itself.
 
-A FlashAttention-2 loop over 128 x 64 tiles, the key slices every row sees whole without masks, the diagonal
+A FlashAttention-2 loop over 128 x 64 tiles with one warpgroup (4 warps) and three stages: of the tile configs
+`benchmarks/kernel_fp8_prefill_bench.py --explore` timed on an H100 (docs/results/kernel-fp8-prefill), it and 128 x
+128 with 8 warps were the fastest, 1.02-1.08x the bf16 kernel at 8k-16k, against 0.85-0.86x for 128 x 64 with 8
+warps. The key slices every row sees whole without masks, the diagonal
 ones masked. The second product's B operand is Vᵀ: on sm_90 an FP8 wgmma takes only K-major operands, so V is read with
 the keys contiguous (`v_keys_contiguous`: a `[B, S, H, D]`-contiguous v is transposed once per call; read as it is,
 every slice of V would go through registers into a transposed shared-memory tile, unpipelined, as the first program
@@ -146,18 +149,40 @@ def fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype) -> str | No
     return device_problem(q)
 
 
+@triton.jit
+def transpose_keys(V, VT, stride_vb, stride_vs, stride_vh, S, H, HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr):
+    """grid = (cdiv(S, BLOCK_S), B * H): v `[B, S, H, D]` (last dim contiguous) into vt `[B, H, D, S]` contiguous, a
+    `[BLOCK_S, D]` tile at a time (read along D, written along S)."""
+    s0 = tl.program_id(0) * BLOCK_S
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    offs_s = s0 + tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, HEAD_DIM)
+    ok = offs_s < S
+    tile = tl.load(V + b.to(tl.int64) * stride_vb + offs_s.to(tl.int64)[:, None] * stride_vs + h * stride_vh
+                   + offs_d[None, :], mask=ok[:, None])
+    tl.store(VT + bh.to(tl.int64) * HEAD_DIM * S + offs_d[:, None] * S + offs_s[None, :], tl.trans(tile),
+             mask=ok[None, :])
+
+
 def v_keys_contiguous(v: torch.Tensor) -> torch.Tensor:
     """v `[B, S, H, D]` with the keys contiguous (stride 1 along S): the layout the second product reads, Vᵀ as the
-    sm_90 FP8 wgmma takes its B operand (K-major; a 16-bit one may be either). A `[B, S, H, D]`-contiguous v is copied
-    to it once per call (one read and one write of an FP8 v, FlashAttention-3 transposes V in shared memory instead);
-    a caller that keeps v so (`v.transpose(1, 3).contiguous().transpose(1, 3)`) skips the copy."""
-    if v.stride(1) == 1 or v.shape[1] <= 1:
+    sm_90 FP8 wgmma takes its B operand (K-major; a 16-bit one may be either). A v with a contiguous head dim is
+    transposed once per call by `transpose_keys` (one read and one write of an FP8 v; torch's permuted `.contiguous()`
+    took 280 µs for 32 MiB on an H100, ~12x a copy's time); a caller that keeps v so
+    (`v.transpose(1, 3).contiguous().transpose(1, 3)`) skips it. FlashAttention-3 transposes V in shared memory."""
+    b, s, h, d = v.shape
+    if v.stride(1) == 1 or s <= 1 or v.numel() == 0:
         return v
-    return v.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+    vt = torch.empty((b, h, d, s), dtype=v.dtype, device=v.device)
+    transpose_keys[(triton.cdiv(s, 64), b * h)](v, vt, v.stride(0), v.stride(1), v.stride(2), s, h, HEAD_DIM=d,
+                                               BLOCK_S=64, num_warps=4)
+    return vt.permute(0, 3, 1, 2)
 
 
 def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None,
-                  out_dtype=torch.bfloat16, *, block_m: int = 128, block_n: int = 64, num_warps: int = 8,
+                  out_dtype=torch.bfloat16, *, block_m: int = 128, block_n: int = 64, num_warps: int = 4,
                   num_stages: int = 3):
     """Attention of e4m3 q `[B, Sq, Hq, D]` over e4m3 k/v `[B, Sk, Hkv, D]` with descales; `[B, Sq, Hq, D]` in
     `out_dtype`. ValueError with the reason for anything it does not take."""

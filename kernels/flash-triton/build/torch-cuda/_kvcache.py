@@ -25,7 +25,7 @@ from ._config import block_d
 from ._decode import kvcache_fwd, kvcache_reduce
 from ._features import PLAIN, Features, effective, kernel_args, parse_features
 from ._launch import launcher
-from ._splits import DEFAULT, DecodeConfig, counter_slot, plan
+from ._splits import DEFAULT, DEFAULT_FP8, DecodeConfig, counter_slot, one_on, plan
 
 
 def kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
@@ -222,7 +222,7 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
     groups = hq // hkv
     paged = block_table is not None
     page = k_cache.shape[1] if paged else 0
-    cfg = (config or DEFAULT).for_head_dim(d, page)
+    cfg = (config or (DEFAULT_FP8 if k_cache.dtype in FP8_MAX else DEFAULT)).for_head_dim(d, page)
     capacity = block_table.shape[1] * page if paged else k_cache.shape[1]
     f = effective(f, sq, capacity, bool(causal))  # every key position is < capacity
     s_new = k.shape[1] if k is not None else 0
@@ -264,7 +264,7 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
                                   MERGE_GROUP=cfg.merge_group, **flags,
                                   WINDOW=fwd_meta["WINDOW"], SINKS=fwd_meta["SINKS"], num_warps=4),
                  features=f, serial=next(_SERIALS), out_like_q=q.stride() == (*out_strides, 1),
-                 one=torch.ones(1, dtype=torch.float32, device=q.device) if fp8 else None)
+                 one=one_on(q.device) if fp8 else None)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,

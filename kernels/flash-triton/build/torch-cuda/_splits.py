@@ -69,6 +69,10 @@ class DecodeConfig:
 
 
 DEFAULT = DecodeConfig()
+# Over an FP8 cache a split streams half the bytes: two CTA slots per SM (twice the splits) were 1.22x at batch 16 over
+# 8k keys and 1.12x at batch 1 over 32k on an H100, 0.94x at batch 1 over 8k, the same where one wave holds no split
+# (batch 64); docs/results/kernel-fp8-decode/tune
+DEFAULT_FP8 = DecodeConfig(ctas_per_sm=2)
 MAX_SPLITS = 128
 _CPU_SMS = 4  # the interpreter has no SMs; a small number makes the heuristic split small test shapes too
 
@@ -150,22 +154,42 @@ def counter_slot(device: torch.device, n: int) -> tuple[torch.Tensor, int]:
 
 
 def _zeros_outside_graph_pools(device: torch.device) -> torch.Tensor:
-    """The ring, allocated on a helper thread. torch.compile's CUDA-graph trees warm a graph up with this thread's
-    allocations routed into the graph's private pool; a ring made there and kept alive here is an allocation the tree
-    does not track ("Detected 1 tensor(s) in the cudagraph pool not tracked as outputs", seen on the H200). Another
-    thread allocates from the ordinary pool; it waits for its memset, so any stream may use the zeros at once."""
+    """The ring: `outside_graph_pools` zeros."""
+    return outside_graph_pools(device, lambda: torch.zeros(_RING_SIZE, dtype=torch.int32, device=device))
+
+
+_ones: dict[torch.device, torch.Tensor] = {}
+
+
+def one_on(device: torch.device) -> torch.Tensor:
+    """fp32 1.0 on `device`, one per device for the process (the descale an FP8 call without one reads), made by
+    `outside_graph_pools`: a call's cached plan that made its own inside a CUDA-graph warm-up kept an allocation of
+    the graph's pool alive, and torch.compile's reduce-overhead decode over an FP8 cache failed with "Detected 1
+    tensor(s) in the cudagraph pool not tracked as outputs" (H100)."""
+    with _lock:
+        if device not in _ones:
+            _ones[device] = outside_graph_pools(device, lambda: torch.ones(1, dtype=torch.float32, device=device))
+        return _ones[device]
+
+
+def outside_graph_pools(device: torch.device, make) -> torch.Tensor:
+    """`make()` (a tensor kept for the process), run on a helper thread. torch.compile's CUDA-graph trees warm a
+    graph up with this thread's allocations routed into the graph's private pool; a tensor made there and kept alive
+    here is an allocation the tree does not track ("Detected 1 tensor(s) in the cudagraph pool not tracked as
+    outputs", seen on the H200). Another thread allocates from the ordinary pool; it waits for its kernels, so any
+    stream may use the tensor at once."""
     if device.type != "cuda":
-        return torch.zeros(_RING_SIZE, dtype=torch.int32, device=device)
+        return make()
     made: list = []
 
-    def make() -> None:
+    def run() -> None:
         with torch.cuda.device(device):
-            made.append(torch.zeros(_RING_SIZE, dtype=torch.int32, device=device))
+            made.append(make())
             torch.cuda.current_stream(device).synchronize()
 
-    worker = threading.Thread(target=make, name="flash-triton-ring")
+    worker = threading.Thread(target=run, name="flash-triton-outside-graph-pools")
     worker.start()
     worker.join()
     if not made:
-        raise RuntimeError(f"flash-triton: could not allocate the split-merge counters on {device}")
+        raise RuntimeError(f"flash-triton: could not allocate a process-wide tensor on {device}")
     return made[0]
