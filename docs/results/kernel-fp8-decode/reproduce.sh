@@ -8,16 +8,22 @@
 # Then the decode configs over the FP8 cache (`--parts tune --tune-set fp8`: tile, warps, stages) and what the FP8
 # cache is worth end to end: `attnprof serve` production decode of llama-1b over a bf16 and an FP8 static cache.
 #   bash scripts/gpu/run_all.sh kernel-fp8-decode      (or alone: OUT=/some/dir bash docs/results/kernel-fp8-decode/reproduce.sh)
-#   PARTS=grid,tests,verify,tune,serve (default: all, ~7 min on an H100; a subset for a call with less time)
+#   PARTS=grid,model-shapes,tests,verify,tune,serve (default: all, ~7 min on an H100; a subset for a call with less time)
 set -u
 . scripts/gpu/lib.sh
 claim kernel-fp8-decode
-part() { [[ ",${PARTS:-grid,tests,verify,tune,serve}," == *",$1,"* ]]; }
+part() { [[ ",${PARTS:-grid,model-shapes,tests,verify,tune,serve}," == *",$1,"* ]]; }
 if part grid; then
 timeout $(( $(left) > 200 ? 200 : $(left) )) python3 benchmarks/kernel_serving_bench.py --out "$dest/grid" --parts decode \
   --decode-impls ours,ours-fp8,ours-paged256,ours-fp8-paged256,sdpa --batches 1,16,64 --kv-lens 8192,32768 \
   --flex-budget-s -1 > "$dest/grid.log" 2>&1
 echo "fp8 decode grid exit=$?"; stamp "fp8 decode grid"
+fi
+if part model-shapes; then  # the kernel at llama-1b's attention shapes, over the cache layout serve hands it
+timeout $(( $(left) > 120 ? 120 : $(left) )) python3 benchmarks/kernel_serving_bench.py --out "$dest/model-shapes" \
+  --parts decode --decode-impls ours-heads,ours-fp8-heads,ours,ours-fp8 --batches 16,64 --kv-lens 8192 --heads 32 \
+  --kv-heads 8 --head-dim 64 --flex-budget-s -1 > "$dest/model-shapes.log" 2>&1
+echo "model-shape decode exit=$?"; grep "^decode" "$dest/model-shapes.log" | cut -c1-250; stamp "model shapes"
 fi
 part tests && cuda_tests "$dest/tests.log" 150 tests/test_kernel_serving_cuda.py -k "kvcache or fp8_cache"
 if part verify; then
