@@ -165,7 +165,7 @@ def test_the_v_transpose_moves_16_byte_vectors_on_sm90():
 
     from test_kernel_serving_sm90 import _compile
 
-    fn = importlib.import_module(_module().__name__ + "._fp8").transpose_keys
+    fn = importlib.import_module(_module().__name__ + "._fp8")._transpose_keys
     kernel = _compile(fn, {"V": "*fp8e4nv", "VT": "*fp8e4nv"}, dict(HEAD_DIM=128, BLOCK_S=64),
                       lambda n: n in ("V", "VT", "stride_vb", "stride_vs", "stride_vh", "S"), warps=4, stages=1)
     moves = re.findall(r"\b(ld|st)\.global(\.\w+)*\.(\w+)\b", kernel.asm["ptx"])

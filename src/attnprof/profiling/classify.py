@@ -41,7 +41,7 @@ GPU_RULES: tuple[Rule, ...] = (
     Rule(r"masked_fill|where_kernel", "mask_apply"),
     Rule(r"softmax|SoftMax", "softmax"),
     Rule(r"MulFunctor|DivFunctor|div_true|mul_kernel|AUnaryFunctor.*Mul|BUnaryFunctor.*Mul", "scale"),
-    Rule(r"copy_kernel|direct_copy|CatArrayBatchedCopy", "copy"),
+    Rule(r"copy_kernel|direct_copy|CatArrayBatchedCopy|(?i:transpose)", "copy"),  # a transpose: a layout copy
     Rule(r"FillFunctor|fill_kernel|zero_", "memset"),
 )
 

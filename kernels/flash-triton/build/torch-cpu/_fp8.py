@@ -150,7 +150,7 @@ def fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype) -> str | No
 
 
 @triton.jit
-def transpose_keys(V, VT, stride_vb, stride_vs, stride_vh, S, H, HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr):
+def _transpose_keys(V, VT, stride_vb, stride_vs, stride_vh, S, H, HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr):
     """grid = (cdiv(S, BLOCK_S), B * H): v `[B, S, H, D]` (last dim contiguous) into vt `[B, H, D, S]` contiguous, a
     `[BLOCK_S, D]` tile at a time (read along D, written along S)."""
     s0 = tl.program_id(0) * BLOCK_S
@@ -169,14 +169,14 @@ def transpose_keys(V, VT, stride_vb, stride_vs, stride_vh, S, H, HEAD_DIM: tl.co
 def v_keys_contiguous(v: torch.Tensor) -> torch.Tensor:
     """v `[B, S, H, D]` with the keys contiguous (stride 1 along S): the layout the second product reads, Vᵀ as the
     sm_90 FP8 wgmma takes its B operand (K-major; a 16-bit one may be either). A v with a contiguous head dim is
-    transposed once per call by `transpose_keys` (one read and one write of an FP8 v; torch's permuted `.contiguous()`
+    transposed once per call by `_transpose_keys` (one read and one write of an FP8 v; torch's permuted `.contiguous()`
     took 280 µs for 32 MiB on an H100, ~12x a copy's time); a caller that keeps v so
     (`v.transpose(1, 3).contiguous().transpose(1, 3)`) skips it. FlashAttention-3 transposes V in shared memory."""
     b, s, h, d = v.shape
     if v.stride(1) == 1 or s <= 1 or v.numel() == 0:
         return v
     vt = torch.empty((b, h, d, s), dtype=v.dtype, device=v.device)
-    transpose_keys[(triton.cdiv(s, 64), b * h)](v, vt, v.stride(0), v.stride(1), v.stride(2), s, h, HEAD_DIM=d,
+    _transpose_keys[(triton.cdiv(s, 64), b * h)](v, vt, v.stride(0), v.stride(1), v.stride(2), s, h, HEAD_DIM=d,
                                                BLOCK_S=64, num_warps=4)
     return vt.permute(0, 3, 1, 2)
 
