@@ -75,6 +75,23 @@ def test_production_decode_plumbing_static_cache_uncompiled(impl):
     assert p.to_json()["loop"] == "production"
 
 
+def test_production_decode_share_by_name_from_the_difference_of_two_calls():
+    """The production loop's share: two whole `generate` calls under the real profiler, 18 decode steps apart; per
+    step, each op's self time is the difference over 18. SDPA's fused op is the attention; the gemms of the
+    projections and the MLP are most of the rest, and the prompt's work (in both calls) cancels out."""
+    model = build_model("tiny-llama", attn_implementation="sdpa")
+    p = measure_static_decode(model, "sdpa", batch=2, context=40, new_tokens=24, device="cpu", reps=1,
+                              compile_=False, share=True)
+    sh = p.share
+    assert p.status == "ok" and sh is not None and sh.basis == "cpu-ops", p
+    assert "fused_attention" in sh.roles and sh.roles.get("gemm", 0) > 0, sh.roles
+    assert 0 < sh.attention_ms < sh.busy_ms and abs(sum(sh.roles.values()) - sh.busy_ms) < 1e-6, sh
+    assert sh.backends == ("cpu_flash",) and sh.kernels and max(sh.kernels.values()) <= sh.busy_ms, sh
+    # per step, not per call: a whole call's op time (prefill of 2 × 40 tokens and 24 steps) is far larger
+    assert sh.busy_ms < p.step_ms * 5, (sh.busy_ms, p.step_ms)
+    assert p.to_json()["share"]["kernels"] == sh.kernels
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--slo-ttft-ms", "0"], "--slo-ttft-ms must be a positive number of milliseconds"),
     (["--slo-tpot-ms", "-5"], "--slo-tpot-ms must be a positive number of milliseconds"),

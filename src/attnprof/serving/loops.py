@@ -87,7 +87,7 @@ def _generation_config(new: int, max_len: int, compile_: bool, backend: str = "i
 
 def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tokens: int, device: str,
                           seed: int = 0, reps: int = 3, compile_: bool = True, backend: str = "inductor",
-                          prefill_chunk: int | None = None, kv_dtype: str | None = None):
+                          prefill_chunk: int | None = None, kv_dtype: str | None = None, share: bool = False):
     """The production `generate`: static cache (+ compile reduce-overhead); ms/token from whole calls (see above).
     `kv_dtype` "fp8"/"fp8_e5m2": the static cache is `models.fp8_cache.Fp8StaticCache` (FP8 bytes, reset before
     each call), which only an implementation reading FP8 can attend over (serve --kv-dtype).
@@ -97,7 +97,9 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
     16 on the H200: 0.25x SDPA), or the first call's logits are not finite, the point fails (CheckFailed) with the
     reason. Graph breaks are counted into the point (`graph_breaks`). `prefill_chunk` (`memory_fit.prefill_chunk`):
     the prompt is prefilled in pieces of that many tokens, so a batch whose decode fits but whose one-shot prefill
-    would not is still measured; ms/token is the difference of two calls, so the prefill's cost cancels out."""
+    would not is still measured; ms/token is the difference of two calls, so the prefill's cost cancels out. With
+    `share`, one more pair of calls runs under the profiler (`serving.share.production_share`): where a decode step's
+    time goes, kernel by kernel, and the fused attention kernels' part of it."""
     from torch._dynamo.utils import counters
 
     from attnprof.errors import CheckFailed
@@ -157,6 +159,10 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
         for _ in range(reps):
             a, b = call(n1), call(n2)
             per_token.append((b - a) / (n2 - n1))
+        if share:  # after the timed calls: the profiler's overhead stays out of the timings
+            from attnprof.serving.share import production_share
+
+            prof = production_share(lambda: call(n1), lambda: call(n2), n2 - n1, device)
     if hits:
         raise CheckFailed(f"decode {impl} production: dynamo hit its recompile limit ({hits[0]}), so the step ran "
                           "unfused: not a production number")
@@ -170,6 +176,7 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
                  itl_ms={"p50": ms, "p99": max(per_token) * 1e3, "min": min(per_token) * 1e3,
                          "max": max(per_token) * 1e3},
                  itl_repeat_ms={}, cold_s=first, loop="production", prefill_chunk=prefill_chunk,
+                 share=prof if share else None,
                  graph_breaks=sum(counters["graph_break"].values()) - breaks_before if compile_ else None,
                  kv_dtype=kv_dtype)
 

@@ -225,7 +225,7 @@ def _static_point(model, impl, mode: str, batch: int, context: int, s: ServeSett
                 chunk = prefill_chunk(model.config, s.dtype, device, batch, context, s.new_tokens)
                 return measure_static_decode(model, impl.name, batch=batch, context=context,
                                              new_tokens=s.new_tokens, device=device, seed=s.seed,
-                                             prefill_chunk=chunk, kv_dtype=kv_dtype)
+                                             prefill_chunk=chunk, kv_dtype=kv_dtype, share=s.share)
             if mode == "prefill":
                 return measure_prefill(model, impl.name, batch=batch, context=context, device=device, seed=s.seed,
                                        reps=s.reps, share=s.share)

@@ -35,11 +35,13 @@ class Share:
     # wall time of the profiled step itself (profiler overhead included): tells whether the slowness of the timed
     # steps was reproduced in the profiled ones
     step_wall_ms: float | None = None
+    # `production_share` only: the kernels (CPU ops) that took the most time per step, short names → ms
+    kernels: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"attention_ms": self.attention_ms, "busy_ms": self.busy_ms, "roles": self.roles,
                 "backends": list(self.backends), "basis": self.basis, "attention_host_ms": self.attention_host_ms,
-                "step_wall_ms": self.step_wall_ms}
+                "step_wall_ms": self.step_wall_ms, "kernels": self.kernels}
 
 
 
@@ -179,3 +181,84 @@ def _gpu_share(prof, steps: int) -> Share:
     return Share(attention_ms=attention / n, busy_ms=busy / n, roles={k: v / n for k, v in sorted(roles.items())},
                  backends=tuple(sorted(backends)), basis="gpu-kernels", attention_host_ms=host / n,
                  step_wall_ms=wall / n)
+
+
+# ------------------------------------------------------------------------------------------- production loop --
+
+TOP_KERNELS = 12
+
+
+def production_share(short: Callable[[], object], long: Callable[[], object], steps: int, device: str) -> Share | None:
+    """Where a decode step of the production loop goes, as the loop is timed: `short` and `long` are two whole
+    `generate` calls that differ by `steps` decode steps (the same prompt, so the same prefill). Each runs once under
+    the profiler; a kernel's time per step is the difference of its totals over `steps`. Inside a CUDA graph there
+    are no CPU ranges to attribute a kernel to the attention function (`profiled_share` needs them), so kernels are
+    told by name (`classify_gpu`): attention is the fused attention kernels (an eager attention's matmuls count as
+    gemm). On the CPU the same with the aten ops' self time (`basis` "cpu-ops"). None when the profiler saw no work
+    in the difference (a profiler without kernel records of graph replays)."""
+    cuda = device.startswith("cuda")
+    a, b = _work_by_name(short, cuda, device), _work_by_name(long, cuda, device)
+    per = {n: (b.get(n, 0.0) - a.get(n, 0.0)) / max(1, steps) for n in set(a) | set(b)}
+    per = {n: ms for n, ms in per.items() if ms > 0}
+    if not per:
+        return None
+    from attnprof.profiling.names import short_name
+
+    roles: dict[str, float] = {}
+    backends: set[str] = set()
+    attention = 0.0
+    for name, ms in per.items():
+        c = _role_by_name(name, cuda)
+        roles[c.role] = roles.get(c.role, 0.0) + ms
+        if c.role == "fused_attention":
+            attention += ms
+            if c.backend:
+                backends.add(c.backend)
+    top: dict[str, float] = {}
+    for name, ms in sorted(per.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]:
+        label = short_name(name)
+        top[label] = top.get(label, 0.0) + ms
+    return Share(attention_ms=attention, busy_ms=sum(per.values()), roles=dict(sorted(roles.items())),
+                 backends=tuple(sorted(backends)), basis="gpu-kernels" if cuda else "cpu-ops", kernels=top)
+
+
+def _role_by_name(name: str, cuda: bool):
+    from attnprof.backends import kernel_backend
+    from attnprof.profiling.classify import Classified, classify_cpu, classify_gpu
+
+    if cuda:
+        return classify_gpu(name)
+    c = classify_cpu(name)
+    if c.role == "other" and not name.startswith("aten::") and (backend := kernel_backend(name)) is not None:
+        return Classified("fused_attention", backend)  # a custom op named for attention (our kernel's)
+    return c
+
+
+def _work_by_name(run: Callable[[], object], cuda: bool, device: str) -> dict[str, float]:
+    """ms per kernel name (CUDA: GPU kernels, copies and memsets from the Kineto trace, graph replays included) or
+    per CPU op (self time, metadata ops left out) over one call of `run`."""
+    import tempfile
+    from pathlib import Path
+
+    from attnprof.profiling.classify import is_metadata
+    from attnprof.profiling.trace import GPU_CATEGORIES, load_trace
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        run()
+        if cuda:
+            torch.cuda.synchronize(device)
+    totals: dict[str, float] = {}
+    if cuda:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "production.json"
+            prof.export_chrome_trace(str(path))
+            for e in load_trace(path).events:
+                if e.cat in GPU_CATEGORIES:
+                    totals[e.name] = totals.get(e.name, 0.0) + e.dur / 1e3
+        return totals
+    for avg in prof.key_averages():
+        if not is_metadata(avg.key) and avg.self_cpu_time_total > 0:
+            totals[avg.key] = totals.get(avg.key, 0.0) + avg.self_cpu_time_total / 1e3
+    return totals
+
