@@ -38,8 +38,9 @@ from attnprof.variants import kernel_hub
 SCHEMA = "attnprof.kernel-serving-bench/1"
 DECODE_IMPLS = ("ours", "ours-heads", "ours-paged64", "ours-paged256", "sdpa", "sdpa-flash", "sdpa-efficient", "flex")
 # more that `--decode-impls` can name: ours over an FP8 (e4m3) cache, dense and paged, descales per (sequence, kv head);
-# `-heads`: stored [B, Hkv, S, D] as transformers' (and attnprof's FP8) static cache keeps it
-FP8_IMPLS = ("ours-fp8", "ours-fp8-heads", "ours-fp8-paged64", "ours-fp8-paged256")
+# `-heads`: stored [B, Hkv, S, D] as transformers' (and attnprof's FP8) static cache keeps it; `-vkeys`: v stored
+# [B, Hkv, D, S], the keys contiguous (the decode program's V_KEYS path: Vᵀ tiles, no byte gathers)
+FP8_IMPLS = ("ours-fp8", "ours-fp8-heads", "ours-fp8-vkeys", "ours-fp8-paged64", "ours-fp8-paged256")
 TUNE_POINTS = ((1, 1024), (1, 8192), (1, 32768), (4, 8192), (16, 8192), (64, 4096))
 # `--tune-set batch1` (issue 30 item 3): batch 1 against cuDNN, and batch 4 (4 splits) to see what a change costs there
 BATCH1_POINTS = ((1, 1024), (1, 8192), (1, 32768), (4, 8192))
@@ -124,6 +125,12 @@ def _decode_fn(mod, impl, q, ks, vs, seqlens, gen, flex_ok):
         vs = [(v.float() / vd[:, None, :, None]).to(torch.float8_e4m3fn) for v in vs]
         fp8 = {"k_descale": kd, "v_descale": vd}
         impl = impl.replace("-fp8", "")
+        if impl == "ours-vkeys":
+            tv = [v.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2) for v in vs]
+
+            def fn(i):
+                return mod.flash_attn_with_kvcache(q, ks[i], tv[i], cache_seqlens=seqlens, **fp8)
+            return fn, fn(0)
         if impl == "ours-heads":
             hk = [k.transpose(1, 2).contiguous().transpose(1, 2) for k in ks]
             hv = [v.transpose(1, 2).contiguous().transpose(1, 2) for v in vs]

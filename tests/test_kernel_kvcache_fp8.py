@@ -109,6 +109,15 @@ def _child() -> dict:
             err.add(out[i], q[i], dequantized(kc[i : i + 1, :n], kd[i : i + 1])[0],
                     dequantized(vc[i : i + 1, :n], vd[i : i + 1])[0], True, d ** -0.5, 0.0, (-1, -1), None)
         results[f"descale/{label}"] = err.result()
+    # v stored with the keys contiguous (the dense FP8 decode reads it as Vᵀ tiles): the same bytes, the same output
+    # (32-key tiles over lengths 50, 0, 100 in two splits: whole tiles, read unmasked, and partial ones)
+    vt = vc.transpose(1, 3).contiguous().transpose(1, 3)
+    cfg = mod.DecodeConfig(block_n=32)
+    plain = mod.kvcache_attention(q, kc, vc, cache_seqlens=seqlens, causal=True, num_splits=2, k_descale=kd,
+                                  v_descale=vd, config=cfg)
+    keys_contiguous = mod.kvcache_attention(q, kc, vt, cache_seqlens=seqlens, causal=True, num_splits=2, k_descale=kd,
+                                            v_descale=vd, config=cfg)
+    results["v-keys-contiguous"] = {"equal": bool(torch.equal(plain, keys_contiguous)), "stride": list(vt.stride())}
 
     # model features with an FP8 cache: softcap, a sliding window and sinks (the key descale meets the softcap)
     kd, vd = torch.rand(b, hkv, generator=gen) * 0.02 + 0.005, torch.rand(b, hkv, generator=gen) * 0.02 + 0.005
@@ -166,6 +175,23 @@ def test_a_wrong_descale_is_far_outside_the_rule(interp):
     for label in ("k-off-2x", "v-ignored"):
         r = interp[f"descale/{label}"]
         assert r["err"] > 20 * r["eager"], (label, r)
+
+
+def test_a_v_cache_stored_with_the_keys_contiguous_reads_the_same(interp):
+    r = interp["v-keys-contiguous"]
+    assert r["stride"][1] == 1 and r["equal"], r
+
+
+@pytest.mark.parametrize("extra, words", [
+    (dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), "dense FP8 decode only"),
+    (dict(k=torch.zeros(2, 1, 2, 64, dtype=torch.float16), v=torch.zeros(2, 1, 2, 64, dtype=torch.float16),
+          cache_seqlens=torch.zeros(2, dtype=torch.int32)), "no k/v to append"),
+], ids=["paged", "append"])
+def test_a_keys_contiguous_v_cache_is_refused_where_it_is_not_read(extra, words):
+    q, k, v = _fp8_args()
+    v = v.transpose(1, 3).contiguous().transpose(1, 3)
+    with pytest.raises(ValueError, match=words):
+        _module().flash_attn_with_kvcache(q, k, v, k_descale=torch.ones(1), v_descale=torch.ones(1), **extra)
 
 
 def test_softcap_window_and_sinks_over_an_fp8_cache(interp):

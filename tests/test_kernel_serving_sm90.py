@@ -75,9 +75,10 @@ def _loop_spills(sass: str) -> int:
 
 
 def compile_decode(page: int, append: bool, fused: bool, d: int = 128, softcap: bool = False, fp8: bool = False,
-                   **config):
+                   v_keys: bool = False, **config):
     """The decode program as the shipped default config (or `DecodeConfig(**config)`) launches it at head dim d
-    (`DecodeConfig.for_head_dim`); `fp8`: over an e4m3 cache with descales."""
+    (`DecodeConfig.for_head_dim`); `fp8`: over an e4m3 cache with descales; `v_keys`: its v stored with the keys
+    contiguous (stride_vcs = 1, which Triton specializes at launch)."""
     fn = _load("_decode").kvcache_fwd
     cfg = _load("_splits").DecodeConfig(**config).for_head_dim(d)
     pointers = {n: "*bf16" for n in ("Q", "KCache", "VCache", "KNew", "VNew", "O")}
@@ -90,6 +91,9 @@ def compile_decode(page: int, append: bool, fused: bool, d: int = 128, softcap: 
                  FUSED_REDUCE=fused, STORE_LSE=False, PREFETCH=cfg.prefetch_merge, MERGE_GROUP=cfg.merge_group,
                  LSE=None, BatchIdx=None,
                  LeftPad=None, Sinks=None, SOFTCAP=softcap, WINDOW=False, SINKS=False, DESCALE=fp8)
+    const["V_KEYS"] = v_keys  # a constexpr left out would compile as a runtime int, both branches kept
+    if v_keys:
+        const["stride_vcs"] = 1
     if not fp8:
         const.update(KDescale=None, VDescale=None)
     if not append:
@@ -112,11 +116,12 @@ def decode():
             "dense-softcap": compile_decode(0, False, True, softcap=True),
             "dense-merge1-prefetch": compile_decode(0, False, True, merge_group=1, prefetch_merge=True),
             "dense-fp8": compile_decode(0, False, True, fp8=True),
-            "paged64-append-fp8": compile_decode(64, True, True, fp8=True)}
+            "paged64-append-fp8": compile_decode(64, True, True, fp8=True),
+            "dense-fp8-vkeys": compile_decode(0, False, True, fp8=True, v_keys=True)}
 
 
 @pytest.mark.parametrize("variant", ["dense", "paged64-append", "paged16-2launch", "dense-d256", "dense-softcap",
-                                     "dense-merge1-prefetch", "dense-fp8", "paged64-append-fp8"])
+                                     "dense-merge1-prefetch", "dense-fp8", "paged64-append-fp8", "dense-fp8-vkeys"])
 def test_decode_program_is_pipelined_without_spills(decode, variant, tmp_path):
     kernel = decode[variant]
     regs, local = _usage(kernel, tmp_path)
@@ -132,6 +137,18 @@ def test_an_fp8_cache_moves_one_byte_per_element_and_widens_in_registers(decode)
     fp8, bf16 = decode["dense-fp8"], decode["dense"]
     assert "f8E4M3FN" in fp8.asm["ttgir"] and "f8E4M3FN" not in bf16.asm["ttgir"]
     assert fp8.metadata.shared < bf16.metadata.shared, (fp8.metadata.shared, bf16.metadata.shared)
+
+
+def test_an_fp8_v_stored_keys_contiguous_reaches_the_mma_without_byte_loads(decode):
+    """P·V's B operand has the keys as its reduction dim. An FP8 V stored head-dim-contiguous is gathered from shared
+    memory one byte at a time (`ld.shared.b8`, 128 per thread per 128-key tile: the FP8 decode at 73-84 % of the
+    copy ceiling on the H100); stored keys-contiguous (`V_KEYS`) its whole tiles come through a multi-buffered async
+    copy ring like K's, 16 bytes per copy, and no byte loads are left."""
+    plain, keys = decode["dense-fp8"].asm, decode["dense-fp8-vkeys"].asm
+    assert len(re.findall(r"ld\.shared\.b8", plain["ptx"])) >= 64  # what V_KEYS removes
+    assert "ld.shared.b8" not in keys["ptx"] and "cp.async.ca" not in keys["ptx"]
+    rings = re.findall(r"%(\w+) = ttg\.local_alloc : \(\) -> !ttg\.memdesc<[2-9]x128x128xf8E4M3FN", keys["ttgir"])
+    assert "vt" in rings, rings
 
 
 def test_paged_cache_keeps_the_dense_pipeline_depth(decode):

@@ -15,13 +15,13 @@ claim kernel-fp8-decode
 part() { [[ ",${PARTS:-grid,model-shapes,tests,verify,tune,serve}," == *",$1,"* ]]; }
 if part grid; then
 timeout $(( $(left) > 200 ? 200 : $(left) )) python3 benchmarks/kernel_serving_bench.py --out "$dest/grid" --parts decode \
-  --decode-impls ours,ours-fp8,ours-paged256,ours-fp8-paged256,sdpa --batches 1,16,64 --kv-lens 8192,32768 \
+  --decode-impls ours,ours-fp8,ours-fp8-vkeys,ours-paged256,ours-fp8-paged256,sdpa --batches 1,16,64 --kv-lens 8192,32768 \
   --flex-budget-s -1 > "$dest/grid.log" 2>&1
 echo "fp8 decode grid exit=$?"; stamp "fp8 decode grid"
 fi
 if part model-shapes; then  # the kernel at llama-1b's attention shapes, over the cache layout serve hands it
 timeout $(( $(left) > 120 ? 120 : $(left) )) python3 benchmarks/kernel_serving_bench.py --out "$dest/model-shapes" \
-  --parts decode --decode-impls ours-heads,ours-fp8-heads,ours,ours-fp8 --batches 16,64 --kv-lens 8192 --heads 32 \
+  --parts decode --decode-impls ours-heads,ours-fp8-heads,ours-fp8-vkeys --batches 16,64 --kv-lens 8192 --heads 32 \
   --kv-heads 8 --head-dim 64 --flex-budget-s -1 > "$dest/model-shapes.log" 2>&1
 echo "model-shape decode exit=$?"; grep "^decode" "$dest/model-shapes.log" | cut -c1-250; stamp "model shapes"
 fi

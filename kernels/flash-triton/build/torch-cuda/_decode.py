@@ -330,7 +330,7 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                 count_off, ml_off, stride_kdb, stride_kdh, stride_vdb, stride_vdh,
                 stride_qb, stride_qs, stride_qh,
                 stride_kcb, stride_kcs, stride_kch,
-                stride_vcb, stride_vcs, stride_vch,
+                stride_vcb, stride_vcs, stride_vch, stride_vcd,
                 stride_knb, stride_kns, stride_knh,
                 stride_vnb, stride_vns, stride_vnh,
                 stride_ob, stride_os, stride_oh, stride_bt,
@@ -341,14 +341,17 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
                 FUSED_REDUCE: tl.constexpr, STORE_LSE: tl.constexpr, BLOCK_D: tl.constexpr = 128,
                 PREFETCH: tl.constexpr = False, SOFTCAP: tl.constexpr = False, WINDOW: tl.constexpr = False,
                 SINKS: tl.constexpr = False, MERGE_GROUP: tl.constexpr = 1, DESCALE: tl.constexpr = False,
-                FP8_MAX: tl.constexpr = 448.0, FP8_MANT: tl.constexpr = 3, FP8_EMIN: tl.constexpr = -6):
+                FP8_MAX: tl.constexpr = 448.0, FP8_MANT: tl.constexpr = 3, FP8_EMIN: tl.constexpr = -6,
+                V_KEYS: tl.constexpr = False):
     """grid = (num_splits, B * Hkv, cdiv(Sq * G, BLOCK_M)). q `[B, Sq, Hq, D]`, caches dense `[B_c, S_c, Hkv, D]` or
     paged `[blocks, PAGE_SIZE, Hkv, D]`, k/v new `[B, Snew, Hkv, D]`, out `[B, Sq, Hq, D]`; last dims contiguous.
     With `SPLIT`: one fp32 workspace, the partial accumulators from PartAcc and their (m, l) pairs from
     PartAcc + ml_off (one allocation per call, not two); the fused merge's counters are Counters[count_off + tile]
     (a ring shared by calls: `_splits.counter_slot`; not specialized, it changes every call). `DESCALE`: an FP8
     cache, its descales at KDescale[b·stride_kdb + hk·stride_kdh] (likewise V); FP8_MAX, FP8_MANT, FP8_EMIN its format
-    (`_quantize`)."""
+    (`_quantize`). `V_KEYS` (an FP8 dense cache, no append): v_cache stored with the keys contiguous (stride_vcs = 1,
+    the head dim at stride_vcd), read as Vᵀ tiles: P·V's B operand has the keys as its reduction dim, and an 8-bit
+    operand stored head-dim-contiguous reaches the mma one byte at a time (`ld.shared.b8`)."""
     s = tl.program_id(0)
     bk = tl.program_id(1)
     mt = tl.program_id(2)
@@ -407,14 +410,35 @@ def kvcache_fwd(Q, KCache, VCache, KNew, VNew, O, LSE, Seqlens, BatchIdx, LeftPa
     if APPEND:
         cache_hi = tl.minimum(k_hi, old)
     pages = _tile_pages(Table, b, k_lo, cache_hi, stride_bt, PAGE_SIZE, BLOCK_N)
-    for start in range(k_lo, cache_hi, BLOCK_N):  # the cached keys: the stream this program exists for
+    whole = k_lo  # V_KEYS: the whole tiles first, their Vᵀ loads unmasked along the keys (a mask that changes along
+    if V_KEYS:    # the contiguous dim keeps Triton from pipelining them: they went through registers, not async copies)
+        whole = k_lo + tl.maximum(cache_hi - k_lo, 0) // BLOCK_N * BLOCK_N
+        for start in range(k_lo, whole, BLOCK_N):  # a dense cache: no pages
+            pos = start + offs_n
+            ok = pos < cache_hi
+            k_ptr = _tile_ptrs(KCache, 0, cb, hk, start, stride_kcb, stride_kcs, stride_kch, PAGE_SIZE, BLOCK_N)
+            v_ptr = _tile_ptrs(VCache, 0, cb, hk, start, stride_vcb, stride_vcs, stride_vch, PAGE_SIZE, BLOCK_N)
+            k = tl.load(k_ptr[:, None] + offs_d[None, :], mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
+            vt_ptr = v_ptr[None, :] + offs_d.to(tl.int64)[:, None] * stride_vcd
+            if BLOCK_D == HEAD_DIM:
+                vt = tl.load(vt_ptr)
+            else:
+                vt = tl.load(vt_ptr, mask=(offs_d < HEAD_DIM)[:, None], other=0.0)
+            m_i, l_i, acc = _fold(m_i, l_i, acc, q, k.to(Q.dtype.element_ty), tl.trans(vt).to(Q.dtype.element_ty),
+                                  pos, ok, row_lim, qk_scale, CAUSAL, softcap_in, softcap_out, win_left, win_right,
+                                  SOFTCAP, WINDOW)
+    for start in range(whole, cache_hi, BLOCK_N):  # the cached keys: the stream this program exists for
         pos = start + offs_n
         ok = pos < cache_hi
         k_ptr = _tile_ptrs(KCache, pages, cb, hk, start, stride_kcb, stride_kcs, stride_kch, PAGE_SIZE, BLOCK_N)
         v_ptr = _tile_ptrs(VCache, pages, cb, hk, start, stride_vcb, stride_vcs, stride_vch, PAGE_SIZE, BLOCK_N)
         pages = _tile_pages(Table, b, start + BLOCK_N, cache_hi, stride_bt, PAGE_SIZE, BLOCK_N)  # the next tile's
         k = tl.load(k_ptr[:, None] + offs_d[None, :], mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
-        v = tl.load(v_ptr[:, None] + offs_d[None, :], mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
+        if V_KEYS:  # the last, partial tile
+            v = tl.trans(tl.load(v_ptr[None, :] + offs_d.to(tl.int64)[:, None] * stride_vcd,
+                                 mask=tl.trans(_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D)), other=0.0))
+        else:
+            v = tl.load(v_ptr[:, None] + offs_d[None, :], mask=_cols_mask(ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
         if DESCALE:  # widened in registers: the dot products run in the query's dtype
             k = k.to(Q.dtype.element_ty)
             v = v.to(Q.dtype.element_ty)

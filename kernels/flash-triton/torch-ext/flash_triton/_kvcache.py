@@ -28,13 +28,24 @@ from ._launch import launcher
 from ._splits import DEFAULT, DEFAULT_FP8, DecodeConfig, counter_slot, one_on, plan
 
 
+def v_keys(v_cache) -> bool:
+    """v_cache an FP8 `[B, S, H, D]` stored with the keys contiguous (stride 1 along S, the head dim strided)."""
+    return (isinstance(v_cache, torch.Tensor) and v_cache.dim() == 4 and v_cache.dtype in FP8_MAX
+            and v_cache.stride(1) == 1 and v_cache.stride(3) != 1 and v_cache.shape[1] > 1 and v_cache.shape[3] > 1)
+
+
 def kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
                     k_descale=None, v_descale=None):
-    """None when the call is well formed, else why not (shapes, dtypes, devices only)."""
+    """None when the call is well formed, else why not (shapes, dtypes, devices only). An FP8 dense v_cache may be
+    stored with the keys contiguous (`v_keys`: stride 1 along S), read as Vᵀ tiles."""
+    keys = v_keys(v_cache)
     for name, t, layout in (("q", q, "[B, Sq, Hq, D]"), ("k_cache", k_cache, "[B_cache, S_cache, Hkv, D]"),
-                            ("v_cache", v_cache, "[B_cache, S_cache, Hkv, D]")):
+                            ("v_cache", v_cache.transpose(1, 3) if keys else v_cache, "[B_cache, S_cache, Hkv, D]")):
         if problem := tensor_problem(name, t, 4, layout, fp8_ok=name != "q"):
             return problem
+    if keys and (block_table is not None or k is not None):
+        return ("a v_cache stored with the keys contiguous is read by the dense FP8 decode only: no block_table, no "
+                "k/v to append")
     if k_cache.shape != v_cache.shape:
         return f"k_cache and v_cache must have the same shape, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
     fp8 = k_cache.dtype in FP8_MAX or v_cache.dtype in FP8_MAX
@@ -246,12 +257,13 @@ def _prepare(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_le
     part_acc = tiles * p.num_splits * p.block_m * width if split else 0  # the accumulators; then the (m, l) pairs
     fp8 = k_cache.dtype in FP8_MAX
     fwd_tail = (part_acc, *descale_strides(k_descale), *descale_strides(v_descale), *strides(q), *strides(k_cache),
-                *strides(v_cache), *strides(k), *strides(v), *out_strides, block_table.stride(0) if paged else 0,
+                *strides(v_cache, 4), *strides(k), *strides(v), *out_strides, block_table.stride(0) if paged else 0,
                 *heads)
     fwd_meta = dict(HEAD_DIM=d, BLOCK_M=p.block_m, BLOCK_N=cfg.block_n, PAGE_SIZE=page,
                     HAS_BATCH_IDX=cache_batch_idx is not None, SPLIT=split, FUSED_REDUCE=cfg.fused_reduce,
                     BLOCK_D=width, PREFETCH=cfg.prefetch_merge, MERGE_GROUP=cfg.merge_group, **flags, **f.meta(),
                     **(dict(DESCALE=True, **FP8_FORMAT[k_cache.dtype]) if fp8 else {}),
+                    **(dict(V_KEYS=True) if v_keys(v_cache) else {}),
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     two_launch = split and not cfg.fused_reduce
     return _Call(out_shape, lse_shape, capacity,
