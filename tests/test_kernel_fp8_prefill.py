@@ -146,7 +146,8 @@ def test_both_products_are_fp8_wgmma_on_sm90():
     # the unmasked loop's K and Vᵀ slices come through multi-buffered shared memory (async copies), not registers:
     # V read [S, D]-contiguous went through registers into a transposed tile each slice, 0.43x bf16 on an H100
     buffered = re.findall(r"local_alloc : \(\) -> !ttg\.memdesc<\dx(\d+)x(\d+)xf8E4M3FN", ttgir)
-    assert ("64", "128") in buffered and ("128", "64") in buffered, buffered
+    # ... in the diagonal slices too (their loads need no mask within S): two Vᵀ rings, the last slice's load masked
+    assert ("64", "128") in buffered and buffered.count(("128", "64")) >= 2, buffered
     assert ttgir.count("async_copy_global_to_local") >= 4, "K/V loads not software-pipelined"
 
 

@@ -12,11 +12,11 @@ rounded in fp32 first; on the GPU the hardware conversion rounds to nearest even
 A FlashAttention-2 loop over 128 x 64 tiles with one warpgroup (4 warps) and three stages: of the tile configs
 `benchmarks/kernel_fp8_prefill_bench.py --explore` timed on an H100 (docs/results/kernel-fp8-prefill), it and 128 x
 128 with 8 warps were the fastest, 1.02-1.08x the bf16 kernel at 8k-16k, against 0.85-0.86x for 128 x 64 with 8
-warps. The key slices every row sees whole without masks, the diagonal
-ones masked. The second product's B operand is Vᵀ: on sm_90 an FP8 wgmma takes only K-major operands, so V is read with
-the keys contiguous (`v_keys_contiguous`: a `[B, S, H, D]`-contiguous v is transposed once per call; read as it is,
-every slice of V would go through registers into a transposed shared-memory tile, unpipelined, as the first program
-did at 0.43x the bf16 kernel's speed on an H100).
+warps. The key slices every row sees whole run without masks, the diagonal ones with the causal mask on the scores;
+only a sequence's last, partial slice bounds its loads. The second product's B operand is Vᵀ: on sm_90 an FP8 wgmma
+takes only K-major operands, so V is read with the keys contiguous (`v_keys_contiguous`: a `[B, S, H, D]`-contiguous
+v is transposed once per call; read as it is, every slice of V would go through registers into a transposed
+shared-memory tile, unpipelined, as the first program did at 0.43x the bf16 kernel's speed on an H100).
 """
 
 from __future__ import annotations
@@ -46,11 +46,14 @@ def _p_fp8(p, EXACT_P: tl.constexpr):
 
 @triton.jit
 def _fp8_step(acc, l_i, m_i, q, k_base, v_base, start, offs_m, offs_n, offs_d, stride_ks, stride_vs, stride_vd,
-              scale, SQ, SK, MASKED: tl.constexpr, CAUSAL: tl.constexpr, EXACT_P: tl.constexpr):
+              scale, SQ, SK, MASKED: tl.constexpr, CAUSAL: tl.constexpr, EXACT_P: tl.constexpr,
+              LOAD_MASK: tl.constexpr):
     """One BLOCK_N slice of keys. MASKED: the slice may hold keys past SK or past a row's causal diagonal (the
-    unmasked loop takes only slices every row sees whole, with no bounds checks)."""
+    unmasked loop takes only slices every row sees whole, with no bounds checks). LOAD_MASK: it may hold keys past
+    SK, so its loads are bounded too (a mask along the keys, V's contiguous dim, keeps Triton from pipelining the Vᵀ
+    load: only the last slice of a sequence pays that)."""
     n = start + offs_n
-    if MASKED:
+    if LOAD_MASK:
         k = tl.load(k_base + n.to(tl.int64)[:, None] * stride_ks + offs_d[None, :], mask=n[:, None] < SK, other=0.0)
         # V read as Vᵀ `[D, BLOCK_N]` with the keys contiguous: the K-major operand the sm_90 FP8 wgmma takes
         vt = tl.load(v_base + offs_d[:, None] * stride_vd + n.to(tl.int64)[None, :] * stride_vs,
@@ -111,12 +114,16 @@ def attention_fwd_fp8(Q, K, V, O, QD, KD, VD, qk_scale,
         full = tl.minimum(full, tl.maximum(pid_m * BLOCK_M + SK - SQ + 1, 0) // BLOCK_N * BLOCK_N)
     k_base = K + b.to(tl.int64) * stride_kb + hk * stride_kh
     v_base = V + b.to(tl.int64) * stride_vb + hk * stride_vh
+    inside = tl.maximum(full, tl.minimum(hi, SK // BLOCK_N * BLOCK_N))  # diagonal slices within SK: loads unmasked
     for start in range(0, full, BLOCK_N):
         acc, l_i, m_i = _fp8_step(acc, l_i, m_i, q, k_base, v_base, start, offs_m, offs_n, offs_d, stride_ks,
-                                  stride_vs, stride_vd, scale, SQ, SK, False, CAUSAL, EXACT_P)
-    for start in range(full, hi, BLOCK_N):
+                                  stride_vs, stride_vd, scale, SQ, SK, False, CAUSAL, EXACT_P, False)
+    for start in range(full, inside, BLOCK_N):
         acc, l_i, m_i = _fp8_step(acc, l_i, m_i, q, k_base, v_base, start, offs_m, offs_n, offs_d, stride_ks,
-                                  stride_vs, stride_vd, scale, SQ, SK, True, CAUSAL, EXACT_P)
+                                  stride_vs, stride_vd, scale, SQ, SK, True, CAUSAL, EXACT_P, False)
+    for start in range(inside, hi, BLOCK_N):
+        acc, l_i, m_i = _fp8_step(acc, l_i, m_i, q, k_base, v_base, start, offs_m, offs_n, offs_d, stride_ks,
+                                  stride_vs, stride_vd, scale, SQ, SK, True, CAUSAL, EXACT_P, True)
     out = acc * (vd / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
     tl.store(O + b.to(tl.int64) * stride_ob + offs_m.to(tl.int64)[:, None] * stride_os + h * stride_oh
              + offs_d[None, :], out.to(O.dtype.element_ty), mask=offs_m[:, None] < SQ)
