@@ -92,6 +92,20 @@ def test_production_decode_share_by_name_from_the_difference_of_two_calls():
     assert p.to_json()["share"]["kernels"] == sh.kernels
 
 
+def test_a_failed_production_profile_costs_its_column_not_the_row(monkeypatch, capsys):
+    import attnprof.serving.share as share
+
+    def broken(*a, **kw):
+        raise RuntimeError("CUPTI could not be initialised")
+    monkeypatch.setattr(share, "production_share", broken)
+    model = build_model("tiny-llama", attn_implementation="sdpa")
+    p = measure_static_decode(model, "sdpa", batch=1, context=6, new_tokens=12, device="cpu", reps=1,
+                              compile_=False, share=True)
+    err = capsys.readouterr().err
+    assert p.status == "ok" and p.share is None and p.step_ms > 0
+    assert "no attention share (RuntimeError: CUPTI could not be initialised)" in err, err
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--slo-ttft-ms", "0"], "--slo-ttft-ms must be a positive number of milliseconds"),
     (["--slo-tpot-ms", "-5"], "--slo-tpot-ms must be a positive number of milliseconds"),
