@@ -154,16 +154,10 @@ def _gpu_share(prof, steps: int) -> Share:
     kernel, compiled flex) launch through the driver API and would be missed, so the trace's correlation ids
     are used instead, as `attnprof stages` does.
     """
-    import tempfile
-    from pathlib import Path
-
     from attnprof.profiling.classify import classify_gpu
-    from attnprof.profiling.trace import cpu_ranges, gpu_work_in_ranges, load_trace
+    from attnprof.profiling.trace import cpu_ranges, gpu_work_in_ranges
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "share.json"
-        prof.export_chrome_trace(str(path))
-        trace = load_trace(path)
+    trace = _exported_trace(prof)
     busy = sum(k.dur for work in gpu_work_in_ranges(trace, STEP_RANGE) for k in work) / 1e3
     roles: dict[str, float] = {}
     backends: set[str] = set()
@@ -237,11 +231,8 @@ def _role_by_name(name: str, cuda: bool):
 def _work_by_name(run: Callable[[], object], cuda: bool, device: str) -> dict[str, float]:
     """ms per kernel name (CUDA: GPU kernels, copies and memsets from the Kineto trace, graph replays included) or
     per CPU op (self time, metadata ops left out) over one call of `run`."""
-    import tempfile
-    from pathlib import Path
-
     from attnprof.profiling.classify import is_metadata
-    from attnprof.profiling.trace import GPU_CATEGORIES, load_trace
+    from attnprof.profiling.trace import GPU_CATEGORIES
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
@@ -250,15 +241,26 @@ def _work_by_name(run: Callable[[], object], cuda: bool, device: str) -> dict[st
             torch.cuda.synchronize(device)
     totals: dict[str, float] = {}
     if cuda:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "production.json"
-            prof.export_chrome_trace(str(path))
-            for e in load_trace(path).events:
-                if e.cat in GPU_CATEGORIES:
-                    totals[e.name] = totals.get(e.name, 0.0) + e.dur / 1e3
+        for e in _exported_trace(prof).events:
+            if e.cat in GPU_CATEGORIES:
+                totals[e.name] = totals.get(e.name, 0.0) + e.dur / 1e3
         return totals
     for avg in prof.key_averages():
         if not is_metadata(avg.key) and avg.self_cpu_time_total > 0:
             totals[avg.key] = totals.get(avg.key, 0.0) + avg.self_cpu_time_total / 1e3
     return totals
+
+
+def _exported_trace(prof):
+    """The profiler's Kineto trace, exported and read back (`profiling.trace`): GPU kernels with their correlation
+    ids, which the profiler's own event tree links only for runtime-API launches."""
+    import tempfile
+    from pathlib import Path
+
+    from attnprof.profiling.trace import load_trace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "share.json"
+        prof.export_chrome_trace(str(path))
+        return load_trace(path)
 

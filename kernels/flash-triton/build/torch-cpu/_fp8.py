@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import FP8_MAX, descale_problem, descale_strides, device_problem, tensor_problem
+from ._checks import FP8_MAX, descale_problem, descale_strides, device_problem, keys_contiguous, tensor_problem
 from ._config import INTERPRETED
 from ._decode import _quantize
 
@@ -132,7 +132,7 @@ def attention_fwd_fp8(Q, K, V, O, QD, KD, VD, qk_scale,
 def fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype) -> str | None:
     """None when the FP8 prefill can take these tensors, else why not."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if name == "v" and isinstance(t, torch.Tensor) and t.dim() == 4 and t.stride(1) == 1:
+        if name == "v" and keys_contiguous(t):
             t = t.transpose(1, 3)  # v with the keys contiguous (the layout the kernel reads) is taken as it is
         if problem := tensor_problem(name, t, 4, "[B, S, H, D]", fp8_ok=True):
             return problem
@@ -180,7 +180,7 @@ def v_keys_contiguous(v: torch.Tensor) -> torch.Tensor:
     took 280 µs for 32 MiB on an H100, ~12x a copy's time); a caller that keeps v so
     (`v.transpose(1, 3).contiguous().transpose(1, 3)`) skips it. FlashAttention-3 transposes V in shared memory."""
     b, s, h, d = v.shape
-    if v.stride(1) == 1 or s <= 1 or v.numel() == 0:
+    if keys_contiguous(v) or s <= 1 or v.numel() == 0:
         return v
     vt = torch.empty((b, h, d, s), dtype=v.dtype, device=v.device)
     _transpose_keys[(triton.cdiv(s, 64), b * h)](v, vt, v.stride(0), v.stride(1), v.stride(2), s, h, HEAD_DIM=d,

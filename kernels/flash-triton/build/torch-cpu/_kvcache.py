@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import (FP8_FORMAT, FP8_MAX, common_problem, descale_problem, descale_strides, device_problem,
-                      index_problem, refuse_unsupported, tensor_problem)
+                      index_problem, keys_contiguous, refuse_unsupported, tensor_problem)
 from ._config import block_d
 from ._decode import kvcache_fwd, kvcache_reduce
 from ._features import PLAIN, Features, effective, kernel_args, parse_features
@@ -29,9 +29,8 @@ from ._splits import DEFAULT, DEFAULT_FP8, DecodeConfig, counter_slot, one_on, p
 
 
 def v_keys(v_cache) -> bool:
-    """v_cache an FP8 `[B, S, H, D]` stored with the keys contiguous (stride 1 along S, the head dim strided)."""
-    return (isinstance(v_cache, torch.Tensor) and v_cache.dim() == 4 and v_cache.dtype in FP8_MAX
-            and v_cache.stride(1) == 1 and v_cache.stride(3) != 1 and v_cache.shape[1] > 1 and v_cache.shape[3] > 1)
+    """v_cache an FP8 cache stored with the keys contiguous (`keys_contiguous`): the decode program's `V_KEYS`."""
+    return keys_contiguous(v_cache) and v_cache.dtype in FP8_MAX
 
 
 def kvcache_problem(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,

@@ -147,15 +147,11 @@ def counter_slot(device: torch.device, n: int) -> tuple[torch.Tensor, int]:
         if n > _RING_SIZE or (ring is None and device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             return torch.zeros(n, dtype=torch.int32, device=device), 0
         if ring is None:
-            ring = _rings[device] = [_zeros_outside_graph_pools(device), 0]
+            zeros = outside_graph_pools(device, lambda: torch.zeros(_RING_SIZE, dtype=torch.int32, device=device))
+            ring = _rings[device] = [zeros, 0]
         start = ring[1] if ring[1] + n <= _RING_SIZE else 0
         ring[1] = start + -(-n // 16) * 16  # ranges start 64-byte aligned (the merge's atomics, one line apart)
         return ring[0], start
-
-
-def _zeros_outside_graph_pools(device: torch.device) -> torch.Tensor:
-    """The ring: `outside_graph_pools` zeros."""
-    return outside_graph_pools(device, lambda: torch.zeros(_RING_SIZE, dtype=torch.int32, device=device))
 
 
 _ones: dict[torch.device, torch.Tensor] = {}

@@ -45,6 +45,13 @@ def refuse_unsupported(entry: str, *, dropout_p: float = 0.0, window_size=(-1, -
         no("rotary_cos/rotary_sin", "apply rotary embeddings before the call")
 
 
+def keys_contiguous(t) -> bool:
+    """t a `[B, S, H, D]` tensor stored with the keys contiguous (stride 1 along S, the head dim strided): the layout
+    the FP8 programs read V in (Vᵀ tiles, the K-major operand); `tensor_problem` checks it as `t.transpose(1, 3)`."""
+    return (isinstance(t, torch.Tensor) and t.dim() == 4 and t.stride(1) == 1 and t.stride(3) != 1
+            and t.shape[1] > 1 and t.shape[3] > 1)
+
+
 def tensor_problem(name: str, t, dims: int, layout: str, fp8_ok: bool = False) -> str | None:
     """None when `t` is a `dims`-D fp16/bf16 tensor (or, `fp8_ok`, an FP8 one: a KV cache) whose last dim is
     contiguous, else why not."""
