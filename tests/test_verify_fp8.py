@@ -168,11 +168,12 @@ def _child() -> dict:
     kernel = resolve_impls("kernel", "cpu")[0]
     model = build_model(config, attn_implementation="eager", dtype="fp16", device="cpu", seed=3)
     ids = _prompt(model.config, 2, 10, "cpu", 3)
-    descaled = []
+    descaled, keys_contiguous = [], []
     module = KC._CACHE_MODULES[0]  # the kernel's calls inside the custom op (opaque to dynamo: counting adds no guard)
     entry = module.flash_attn_with_kvcache
     def counting(*a, **kw):
         descaled.append(kw.get("k_descale") is not None)
+        keys_contiguous.append(a[2].stride(1) == 1)  # v_cache [B, S, Hkv, D] with the keys contiguous
         return entry(*a, **kw)
     module.flash_attn_with_kvcache = counting
 
@@ -197,6 +198,12 @@ def _child() -> dict:
     static.reset()
     _, wrong = generate(static, True, logits_processor=[doubling])
     serve["doubled_descale_diff"] = float((wrong - ref_logits).abs().max())
+    # the values stored keys-contiguous (`v_keys`, the kernel's V_KEYS decode): the same tokens and logits
+    del descaled[:], keys_contiguous[:]
+    vk_tokens, vk_logits = generate(Fp8StaticCache(model.config, max_cache_len=24, v_keys=True), True)
+    serve["v_keys"] = {"tokens_equal": bool(torch.equal(vk_tokens, ref_tokens)),
+                       "max_logit_diff": float((vk_logits - ref_logits).abs().max()),
+                       "fp8_calls": sum(descaled), "keys_contiguous_calls": sum(keys_contiguous)}
     torch._dynamo.reset()
     point = measure_static_decode(model, "kernel (kv fp8)", batch=2, context=10, new_tokens=6, device="cpu", reps=1,
                                   backend="eager", kv_dtype="fp8")
@@ -241,6 +248,9 @@ def test_production_decode_over_an_fp8_static_cache_reads_the_bytes_and_matches_
     assert serve["fp8_calls"] >= 5 and serve["fp8_calls"] == serve["calls"], serve  # 5 decode steps x 1 layer
     assert serve["doubled_descale_diff"] > 20 * serve["max_logit_diff"], serve
     assert serve["point"] == {"status": "ok", "kv_dtype": "fp8", "graph_breaks": 0}, serve
+    vk = serve["v_keys"]  # the values stored keys-contiguous: every decode call reads them so, with the same result
+    assert vk["tokens_equal"] and vk["max_logit_diff"] < 1e-2 * max(1.0, serve["logit_scale"]), vk
+    assert vk["fp8_calls"] >= 5 and vk["keys_contiguous_calls"] == vk["fp8_calls"], vk
 
 
 if __name__ == "__main__":

@@ -87,11 +87,15 @@ class Fp8Cache(Cache):
 
 class Fp8StaticLayer(StaticLayer):
     """A `StaticLayer` storing FP8 bytes: `keys`/`values` `[B, Hkv, max_len, D]` in the FP8 format, fp32 descales
-    `[B, Hkv]` fixed by the first call after a reset (the prompt), all at static addresses."""
+    `[B, Hkv]` fixed by the first call after a reset (the prompt), all at static addresses. `v_keys`: the values are
+    stored `[B, Hkv, D, max_len]` (the keys contiguous) and `values` is its `[B, Hkv, max_len, D]` view, the layout our
+    kernel's FP8 decode reads as Vᵀ tiles (its `V_KEYS` path: no byte-wise gather of the value tile)."""
 
-    def __init__(self, max_cache_len: int, fmt: torch.dtype = torch.float8_e4m3fn, **kwargs) -> None:
+    def __init__(self, max_cache_len: int, fmt: torch.dtype = torch.float8_e4m3fn, v_keys: bool = False,
+                 **kwargs) -> None:
         super().__init__(max_cache_len, **kwargs)
         self.fmt = fmt
+        self.v_keys = v_keys
         self.scaled = False  # a plain bool: False in the prompt's (eager) call, True in the compiled decode steps
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -100,12 +104,18 @@ class Fp8StaticLayer(StaticLayer):
         self.dtype = key_states.dtype  # the model's: transformers 5.17's StaticLayer keeps it (5.24 does not)
         self.k_head_dim, self.v_head_dim = d, value_states.shape[-1]
         self.keys = torch.zeros(b, h, self.max_cache_len, d, dtype=self.fmt, device=self.device)
-        self.values = torch.zeros(b, h, self.max_cache_len, self.v_head_dim, dtype=self.fmt, device=self.device)
+        # v_keys: `values_t` [B, Hkv, D, max_len] is the storage `update` writes (a write through the transposed
+        # view made inductor copy the whole cache each step) and `values` its view
+        self.values_t = (torch.zeros(b, h, self.v_head_dim, self.max_cache_len, dtype=self.fmt, device=self.device)
+                         if self.v_keys else None)
+        self.values = (self.values_t.transpose(2, 3) if self.v_keys else
+                       torch.zeros(b, h, self.max_cache_len, self.v_head_dim, dtype=self.fmt, device=self.device))
         self.k_descale = torch.ones(b, h, dtype=torch.float32, device=self.device)
         self.v_descale = torch.ones(b, h, dtype=torch.float32, device=self.device)
         self.cumulative_length = self.cumulative_length.to(self.device)
         if not torch.compiler.is_compiling():  # as StaticLayer: fixed data pointers for CUDA graphs
-            for t in (self.keys, self.values, self.k_descale, self.v_descale, self.cumulative_length):
+            for t in (self.keys, self.values, self.k_descale, self.v_descale, self.cumulative_length,
+                      *((self.values_t,) if self.v_keys else ())):
                 torch._dynamo.mark_static_address(t)
         self.is_initialized = True
 
@@ -121,13 +131,18 @@ class Fp8StaticLayer(StaticLayer):
         pos = torch.arange(n, device=self.device) + self.cumulative_length
         self.cumulative_length.add_(n)
         # through uint8 views: index_copy_ has no float8 kernel on every device
-        for store, new, descale in ((self.keys, key_states, self.k_descale), (self.values, value_states,
-                                                                              self.v_descale)):
-            store.view(torch.uint8).index_copy_(2, pos, fp8_quantize(new, descale, self.fmt).view(torch.uint8))
-        if prompt:  # attended dequantised (exact); every later call reads the bytes
+        k8, v8 = (fp8_quantize(x, d, self.fmt).view(torch.uint8) for x, d in ((key_states, self.k_descale),
+                                                                              (value_states, self.v_descale)))
+        self.keys.view(torch.uint8).index_copy_(2, pos, k8)
+        if self.v_keys:
+            self.values_t.view(torch.uint8).index_copy_(3, pos, v8.transpose(2, 3))
+        else:
+            self.values.view(torch.uint8).index_copy_(2, pos, v8)
+        values = self.values_t.transpose(2, 3) if self.v_keys else self.values
+        if prompt:  # attended dequantised (exact, head dim contiguous whatever the storage); later calls read the bytes
             return (fp8_dequantize(self.keys, self.k_descale, key_states.dtype),
-                    fp8_dequantize(self.values, self.v_descale, value_states.dtype))
-        return self.keys, self.values
+                    fp8_dequantize(values, self.v_descale, value_states.dtype).contiguous())
+        return self.keys, values
 
     def reset(self) -> None:
         self.scaled = False
@@ -146,14 +161,14 @@ class Fp8StaticCache(StaticCache):
     """`StaticCache` of `Fp8StaticLayer`s for `config` (every layer full attention); `kv_dtype` "fp8" or "fp8_e5m2".
     The newest one made is the one `static_fp8` finds: serve one at a time."""
 
-    def __init__(self, config, max_cache_len: int, kv_dtype: str = "fp8") -> None:
+    def __init__(self, config, max_cache_len: int, kv_dtype: str = "fp8", v_keys: bool = False) -> None:
         types = getattr(config.get_text_config(decoder=True), "layer_types", None) or []
         if any(t != "full_attention" for t in types):
             raise ValueError(f"an FP8 static cache holds full-attention layers only; this model has "
                              f"{sorted(set(types))}")
         super().__init__(config, max_cache_len=max_cache_len)
         self.kv_dtype = kv_dtype
-        self.layers = [Fp8StaticLayer(max_cache_len, KV_DTYPES[kv_dtype]) for _ in self.layers]
+        self.layers = [Fp8StaticLayer(max_cache_len, KV_DTYPES[kv_dtype], v_keys) for _ in self.layers]
         _LIVE.clear()
         _LIVE.update(enumerate(self.layers))
 
