@@ -238,10 +238,11 @@ def tune_configs(mod, tune_set: str) -> list:
     merge's round trips at batch 1 (steps 19 and 20)."""
     c = mod.DecodeConfig
     if tune_set == "fp8":  # over an e4m3 cache a 128-key tile carries half the bytes of a bf16 one: more CTAs per SM
-        # (the FP8 default, `_splits.DEFAULT_FP8`, first), the bf16 default, wider tiles, more warps (the widening to
-        # bf16 is work the bf16 cache does not have), deeper pipelines
-        return [mod.DEFAULT_FP8_DECODE, c(), c(num_warps=8), c(ctas_per_sm=2, num_warps=8), c(ctas_per_sm=2, block_n=64),
-                c(ctas_per_sm=3), c(block_n=64), c(block_n=256, num_warps=8), c(num_stages=4)]
+        # (the FP8 default, `_splits.DEFAULT_FP8`, first; then without its floor of 512 keys per split), the bf16
+        # default, wider tiles, more warps (the widening to bf16 is work the bf16 cache does not have), deeper pipelines
+        return [mod.DEFAULT_FP8_DECODE, c(ctas_per_sm=2), c(), c(num_warps=8), c(ctas_per_sm=2, num_warps=8),
+                c(ctas_per_sm=2, block_n=64), c(ctas_per_sm=2, block_n=64, min_split_keys=512), c(ctas_per_sm=3),
+                c(block_n=64), c(block_n=256, num_warps=8), c(num_stages=4)]
     if tune_set == "batch1":  # the default (merge 4) against the one before it, split counts around the heuristic's
         # (14 at batch 1 over 32k keys: 112 of 132 SMs) and eight warps per split
         return [c(), c(merge_group=1, prefetch_merge=True), c(num_splits=8), c(num_splits=16), c(num_splits=32),

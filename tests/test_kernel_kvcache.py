@@ -243,6 +243,12 @@ def test_splits_come_from_shapes_like_flash_attention_2():
     assert (p.block_m, p.m_tiles, p.num_splits, p.split_len) == (16, 1, 16, 512)
     p = splits.plan(1, 8, 4, 100, torch.device("cpu"), splits.DecodeConfig(block_n=64), num_splits=16)
     assert p.num_splits == 2 and p.split_len == 64  # never more splits than key blocks
+    # a floor on keys per split (the FP8 default's): 2 CTA slots x 4 "SMs" would split 1024 keys 8 ways, 512 keys
+    # each allows 2; a count asked for by name is not floored
+    cpu = torch.device("cpu")
+    assert splits.plan(1, 1, 4, 1024, cpu, splits.DecodeConfig(block_n=128, ctas_per_sm=2)).num_splits == 8
+    assert splits.plan(1, 1, 4, 1024, cpu, splits.DEFAULT_FP8.for_head_dim(128)).num_splits == 2
+    assert splits.plan(1, 1, 4, 1024, cpu, splits.DEFAULT_FP8.for_head_dim(128), num_splits=8).num_splits == 8
 
 
 def test_default_tiles_by_head_dim_and_page_size():

@@ -46,6 +46,8 @@ class DecodeConfig:
     # against cuDNN's 18.6 on an H100, where one partial per trip with prefetch took 19.6 (TUNING.md step 19).
     prefetch_merge: bool = False
     merge_group: int = 4
+    # A floor on the keys per split (0: none): slots left empty rather than splits too short to pay for their merge
+    min_split_keys: int = 0
 
     def __post_init__(self) -> None:
         if self.merge_group not in (1, 4):
@@ -65,14 +67,16 @@ class DecodeConfig:
                 + ("fused" if self.fused_reduce else "2-launch")
                 + (f" splits={self.num_splits}" if self.num_splits else "")
                 + f" {self.ctas_per_sm}/SM" + (" prefetch" if self.prefetch_merge else "")
-                + (f" merge{self.merge_group}" if self.merge_group != 1 else ""))
+                + (f" merge{self.merge_group}" if self.merge_group != 1 else "")
+                + (f" >={self.min_split_keys}/split" if self.min_split_keys else ""))
 
 
 DEFAULT = DecodeConfig()
 # Over an FP8 cache a split streams half the bytes: two CTA slots per SM (twice the splits) were 1.22x at batch 16 over
-# 8k keys and 1.12x at batch 1 over 32k on an H100, 0.94x at batch 1 over 8k, the same where one wave holds no split
-# (batch 64); docs/results/kernel-fp8-decode/tune
-DEFAULT_FP8 = DecodeConfig(ctas_per_sm=2)
+# 8k keys and 1.12x at batch 1 over 32k on an H100, the same where one wave holds no split (batch 64), but 0.94x at
+# batch 1 over 8k, where each of 33 splits held 256 keys (docs/results/kernel-fp8-decode/tune): at least 512 keys per
+# split gives that shape one slot's 16 splits and leaves the others as they were
+DEFAULT_FP8 = DecodeConfig(ctas_per_sm=2, min_split_keys=512)
 MAX_SPLITS = 128
 _CPU_SMS = 4  # the interpreter has no SMs; a small number makes the heuristic split small test shapes too
 
@@ -129,7 +133,9 @@ def plan(batch: int, hkv: int, rows: int, capacity: int, device: torch.device, c
     if wanted:
         splits = max(1, min(wanted, n_blocks, MAX_SPLITS))
     else:
-        splits = num_splits_heuristic(batch * hkv * m_tiles, cfg.ctas_per_sm * sm_count(device), n_blocks, MAX_SPLITS)
+        most = max(1, n_blocks * cfg.block_n // cfg.min_split_keys) if cfg.min_split_keys else MAX_SPLITS
+        splits = num_splits_heuristic(batch * hkv * m_tiles, cfg.ctas_per_sm * sm_count(device), n_blocks,
+                                      min(MAX_SPLITS, most))
     split_len = cdiv(n_blocks, splits) * cfg.block_n
     return Plan(block_m, m_tiles, cdiv(n_blocks * cfg.block_n, split_len), split_len)
 
