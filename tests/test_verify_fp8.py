@@ -212,6 +212,34 @@ def _child() -> dict:
 
 
 
+def test_the_static_cache_is_written_in_place_in_a_compiled_step():
+    """The FP8 static cache's decode write, as inductor compiles it: both index_put_ write the graph's input buffers
+    themselves. Written through float8 -> uint8 views instead, the write went to a view; on the H100 inductor's CUDA
+    graph then copied the whole cache into a new buffer and back every step (4.6 ms at batch 16 over 8k keys: the FP8
+    cache at 0.38x the bf16 one). `v_keys` (V stored [B, Hkv, D, L]) too: its write is transposed."""
+    from torch._inductor import config as inductor_config
+
+    from attnprof.models.fp8_cache import Fp8StaticLayer
+
+    targets = []
+
+    def record(graph):
+        targets.extend(n.args[0].op for n in graph.nodes if n.op == "call_function" and "index_put" in str(n.target))
+
+    layer = Fp8StaticLayer(64, v_keys=True)
+    layer.update(torch.randn(2, 4, 8, 16), torch.randn(2, 4, 8, 16))  # the prompt, eager: fixes the descales
+
+    def step(k, v):
+        keys, values = layer.update(k, v)
+        return keys[:, :, :1].float().sum() + values[:, :, :1].float().sum()
+
+    torch._dynamo.reset()
+    with inductor_config.patch(post_grad_custom_post_pass=record, force_disable_caches=True):
+        torch.compile(step, backend="inductor")(torch.randn(2, 4, 1, 16), torch.randn(2, 4, 1, 16))
+    assert targets == ["placeholder", "placeholder"], targets
+    assert layer.values.stride(2) == 1 and int(layer.cumulative_length) == 9
+
+
 @pytest.fixture(scope="module")
 def kernel_child():
     yield from child_report(__file__)

@@ -98,7 +98,9 @@ def resolve_device(name: str | None) -> str:
 @dataclass(frozen=True)
 class Fp8KV:
     """An FP8 KV cache as stored: k/v `[B, Hkv, Sk, D]` in an FP8 dtype holding x / descale, descales fp32
-    `[B, Hkv]`, and (a workload's) the keys/values before quantization, for the lossy factor."""
+    `[B, Hkv]`, and (a workload's) the keys/values before quantization, for the lossy factor. `fmt` set: k/v are
+    that FP8 format's bytes as uint8 (a static cache's storage inside a compiled step, viewed as `fmt` by the op
+    that reads it: `models.kernel_cache`)."""
 
     k: torch.Tensor
     v: torch.Tensor
@@ -106,6 +108,7 @@ class Fp8KV:
     v_descale: torch.Tensor
     k_orig: torch.Tensor | None = None
     v_orig: torch.Tensor | None = None
+    fmt: torch.dtype | None = None
 
 
 def fp8_descale(x: torch.Tensor, fmt: torch.dtype, headroom: float = 1.0) -> torch.Tensor:

@@ -41,8 +41,9 @@ def kernel_over_cache(module, name: str, query: torch.Tensor, key: torch.Tensor,
         key, value = fp8.k, fp8.v
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, S, H, D] views; the kernel takes strides
     descales = (fp8.k_descale, fp8.v_descale) if fp8 is not None else (None, None)
+    fmt = str(fp8.fmt).removeprefix("torch.") if fp8 is not None and fp8.fmt is not None else ""
     out = _kvcache_call(module, q, k, v, seqlen, leftpad, scale, softcap, window_left, s_aux,
-                        *descales)  # [B, Sq, Hq, D]
+                        *descales, kv_format=fmt)  # [B, Sq, Hq, D]
     if torch.compiler.is_compiling():
         out = torch.where(bad[:, None, None, None], torch.full_like(out, float("nan")), out)
     return out
@@ -81,7 +82,7 @@ def register_cache_kernel(module) -> int:
 
 
 def _kvcache_call(module, q, k, v, seqlen, leftpad, scale, softcap=0.0, window_left=-1, s_aux=None, k_descale=None,
-                  v_descale=None):
+                  v_descale=None, kv_format: str = ""):
     """`module.flash_attn_with_kvcache` as one opaque op of torch.compile's graph (`attnprof::kvcache_attention`):
     dynamo does not trace into the kernel's launcher, so there is no graph break per layer and inductor's CUDA graph
     takes the launches with the rest of the step. (Traced through, the launcher failed to compile in inductor on the
@@ -91,14 +92,17 @@ def _kvcache_call(module, q, k, v, seqlen, leftpad, scale, softcap=0.0, window_l
     except ValueError:
         raise RuntimeError("kernel_over_cache: register_cache_kernel(module) first, outside torch.compile") from None
     return _kvcache_op(q, k, v, seqlen, leftpad, float(scale), index, float(softcap or 0.0), int(window_left), s_aux,
-                       k_descale, v_descale)
+                       k_descale, v_descale, kv_format)
 
 
 @torch.library.custom_op("attnprof::kvcache_attention", mutates_args=())
 def _kvcache_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlen: torch.Tensor, leftpad: torch.Tensor,
                 scale: float, module: int, softcap: float, window_left: int,
                 s_aux: torch.Tensor | None, k_descale: torch.Tensor | None = None,
-                v_descale: torch.Tensor | None = None) -> torch.Tensor:
+                v_descale: torch.Tensor | None = None, kv_format: str = "") -> torch.Tensor:
+    """`kv_format` (e.g. "float8_e4m3fn"): k/v are that format's bytes as uint8, viewed as it here, outside the graph."""
+    if kv_format:
+        k, v = k.view(getattr(torch, kv_format)), v.view(getattr(torch, kv_format))
     features = {}  # only what is asked: a kernel repo without these arguments still serves plain models
     if softcap:
         features["softcap"] = softcap
@@ -115,5 +119,6 @@ def _kvcache_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqlen: torch
 
 
 @_kvcache_op.register_fake
-def _(q, k, v, seqlen, leftpad, scale, module, softcap, window_left, s_aux, k_descale=None, v_descale=None):
+def _(q, k, v, seqlen, leftpad, scale, module, softcap, window_left, s_aux, k_descale=None, v_descale=None,
+      kv_format=""):
     return q.new_empty(q.shape)  # [B, Sq, Hq, D], contiguous
