@@ -65,7 +65,10 @@ def run(seq: int, tokens: int, hq: int, hkv: int, d: int, mod, rounds: int, gen,
                                                      v_descale=vd),
              # v kept with the keys contiguous, as the kernel reads it: the call without its transposing copy
              "ours fp8 (v keys-contiguous)": lambda: mod.flash_attn_func(q8, k8, v8t, causal=True, q_descale=qd,
-                                                                         k_descale=kd, v_descale=vd)}
+                                                                         k_descale=kd, v_descale=vd),
+             # the warp-specialized Gluon program (`_gluon_fp8.py`, FlashAttention-3's schedule), v as the caller has it
+             "ours fp8 gluon": lambda: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
+                                                         v_descale=vd, program="gluon")}
     for bm, bn, w, st in CONFIGS if explore else ():
         impls[f"ours fp8 {bm}x{bn} w{w} s{st}"] = (
             lambda bm=bm, bn=bn, w=w, st=st: mod.fp8_attention(q8, k8, v8t, causal=True, q_descale=qd, k_descale=kd,

@@ -205,9 +205,11 @@ def _child() -> dict:
                        "max_logit_diff": float((vk_logits - ref_logits).abs().max()),
                        "fp8_calls": sum(descaled), "keys_contiguous_calls": sum(keys_contiguous)}
     torch._dynamo.reset()
+    del descaled[:], keys_contiguous[:]
     point = measure_static_decode(model, "kernel (kv fp8)", batch=2, context=10, new_tokens=6, device="cpu", reps=1,
                                   backend="eager", kv_dtype="fp8")
     serve["point"] = {"status": point.status, "kv_dtype": point.kv_dtype, "graph_breaks": point.graph_breaks}
+    serve["point_reads"] = {"fp8": sum(descaled), "keys_contiguous": sum(keys_contiguous)}
     return {"kernel_rc": kernel_rc, "model_rc": model_rc, "fp8_reads": sum(reads), "serve": serve, "tmp": out}
 
 
@@ -279,6 +281,8 @@ def test_production_decode_over_an_fp8_static_cache_reads_the_bytes_and_matches_
     vk = serve["v_keys"]  # the values stored keys-contiguous: every decode call reads them so, with the same result
     assert vk["tokens_equal"] and vk["max_logit_diff"] < 1e-2 * max(1.0, serve["logit_scale"]), vk
     assert vk["fp8_calls"] >= 5 and vk["keys_contiguous_calls"] == vk["fp8_calls"], vk
+    # serve's point stores V so because our kernel says it reads it (`FP8_V_KEYS_CONTIGUOUS`)
+    assert serve["point_reads"]["fp8"] > 0 and serve["point_reads"]["keys_contiguous"] == serve["point_reads"]["fp8"]
 
 
 if __name__ == "__main__":

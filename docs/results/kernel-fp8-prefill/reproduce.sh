@@ -4,12 +4,19 @@
 # causal, head dim 128, B·S = 16k, S 1k-16k (`benchmarks/kernel_fp8_prefill_bench.py`); then the FP8 prefill's
 # compile and CPU-oracle tests as a GPU sees them (`tests/test_kernel_fp8_prefill.py`, the sm_90 compile).
 #   bash scripts/gpu/run_all.sh kernel-fp8-prefill      (or alone: OUT=/some/dir bash docs/results/kernel-fp8-prefill/reproduce.sh)
+#   PARTS=tests,bench,attnprof (default: all); EXPLORE= (empty) times only the default configs, not the tile grid
 set -u
 . scripts/gpu/lib.sh
 claim kernel-fp8-prefill
-timeout $(( $(left) > 240 ? 240 : $(left) )) python3 benchmarks/kernel_fp8_prefill_bench.py --rounds 3 --explore \
+part() { [[ ",${PARTS:-tests,bench,attnprof}," == *",$1,"* ]]; }
+# the FP8 prefill programs' oracle tests (the Triton program, the Gluon one, against each other and fp64)
+part tests && cuda_tests "$dest/tests.log" 120 tests/test_kernel_fp8_gluon_cuda.py tests/test_kernel_fp8_prefill.py
+if part bench; then
+timeout $(( $(left) > 240 ? 240 : $(left) )) python3 benchmarks/kernel_fp8_prefill_bench.py --rounds 3 ${EXPLORE---explore} \
   --out "$dest/fp8-prefill.jsonl" > "$dest/fp8-prefill.log" 2>&1
 echo "fp8 prefill bench exit=$?"; tail -20 "$dest/fp8-prefill.log" | cut -c1-200; stamp "fp8 prefill"
+fi
+part attnprof || exit 0
 # attnprof itself with --dtype fp8 (FP8 attention: the quantize steps inside the kernel's call): the numerics gate
 # on the default CUDA cases, a bench against the measured fp8 matmul ceiling beside bf16, and the stage profile
 # (quantize kernels and the FP8 program by name)

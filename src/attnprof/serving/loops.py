@@ -114,9 +114,11 @@ def measure_static_decode(model, impl: str, *, batch: int, context: int, new_tok
     max_len = context + n2 + 8
     cache = None
     if kv_dtype:
+        from attnprof.models.attention import READS_FP8_V_KEYS
         from attnprof.models.fp8_cache import Fp8StaticCache, cache_argument
 
-        cache = Fp8StaticCache(model.config, max_cache_len=max_len, kv_dtype=kv_dtype)
+        cache = Fp8StaticCache(model.config, max_cache_len=max_len, kv_dtype=kv_dtype,
+                               v_keys=model.config._attn_implementation in READS_FP8_V_KEYS)
 
     def sync() -> None:
         if device.startswith("cuda"):

@@ -73,7 +73,11 @@ from ._varlen import flash_attn_varlen_func, gluon_feature_args, gluon_varlen_un
 
 ACCEPTS_STRIDED = True  # any batch/seq/head strides with a contiguous head dim: callers may pass views, no copies
 MODEL_FEATURES = ("softcap", "window_size", "s_aux")  # flash-attn's arguments computed as flash-attn does (_features)
-__all__ = ["FP8_HEAD_DIMS", "fp8_attention", "MODEL_FEATURES", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
+# flash_attn_with_kvcache reads a dense FP8 v_cache stored with the keys contiguous (`_kvcache.v_keys`: Vᵀ tiles, no
+# byte-wise gather of the value tile; 1.03-1.07x the head-dim-contiguous FP8 cache on an H100): a caller's FP8 cache
+# may store V so (attnprof's `Fp8StaticCache(v_keys=True)` does when it sees this)
+FP8_V_KEYS_CONTIGUOUS = True
+__all__ = ["FP8_HEAD_DIMS", "fp8_attention", "MODEL_FEATURES", "FP8_V_KEYS_CONTIGUOUS", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
            "kvcache_attention", "Config", "DecodeConfig", "DEFAULT_FP8_DECODE", "default_config", "choose_config", "check_inputs",
            "gluon_unsupported", "gluon_varlen_unsupported", "tma_layout", "fast_launch_problem", "SUPPORTED_HEAD_DIMS", "SUPPORTED_DTYPES",
            "INTERPRETED"]

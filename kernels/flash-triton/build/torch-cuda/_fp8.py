@@ -188,13 +188,32 @@ def v_keys_contiguous(v: torch.Tensor) -> torch.Tensor:
     return vt.permute(0, 3, 1, 2)
 
 
+def _gluon_problem(q, k, v, causal) -> str | None:
+    """Why the Gluon FP8 program (`_gluon_fp8.py`, sm_90) cannot take these (checked) inputs, None when it can;
+    imported here, on first use, so that a Triton without Gluon still loads this package."""
+    try:
+        from ._gluon_fp8 import gluon_fp8_supported
+    except ImportError as e:
+        return f"the Gluon FP8 program cannot be loaded with Triton {triton.__version__} ({e})"
+    return gluon_fp8_supported(q, k, v, bool(causal))
+
+
 def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None,
                   out_dtype=torch.bfloat16, *, block_m: int = 128, block_n: int = 64, num_warps: int = 4,
-                  num_stages: int = 3):
+                  num_stages: int = 3, program: str = "triton"):
     """Attention of e4m3 q `[B, Sq, Hq, D]` over e4m3 k/v `[B, Sk, Hkv, D]` with descales; `[B, Sq, Hq, D]` in
-    `out_dtype`. ValueError with the reason for anything it does not take."""
+    `out_dtype`. ValueError with the reason for anything it does not take. `program`: "triton" (this module's
+    program, the tile arguments apply), "gluon" (the warp-specialized sm_90 program of `_gluon_fp8.py`, FlashAttention-3
+    style; ValueError with the reason where it cannot run) or "auto" (that one where it can run, else the Triton
+    program). The default stays "triton" until a GPU session has checked the Gluon program against it and timed it."""
+    if program not in ("triton", "gluon", "auto"):
+        raise ValueError(f"flash-triton flash_attn_func (FP8): program must be 'triton', 'gluon' or 'auto', got "
+                         f"{program!r}")
     if problem := fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype):
         raise ValueError(f"flash-triton flash_attn_func (FP8): {problem}")
+    gluon = program != "triton" and (why := _gluon_problem(q, k, v, causal)) is None
+    if program == "gluon" and not gluon:
+        raise ValueError(f"flash-triton flash_attn_func (FP8): {why}")
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     out = torch.empty((b, sq, hq, d), dtype=out_dtype, device=q.device)
@@ -203,6 +222,11 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
     if sk == 0:
         return out.zero_()
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
+    if gluon:  # it transposes v itself (`_gluon_fp8.permuted_vt`)
+        from ._gluon_fp8 import gluon_fp8_attention
+
+        gluon_fp8_attention(q, k, v, out, q_descale, k_descale, v_descale, scale, bool(causal))
+        return out
     descales = (q_descale, k_descale, v_descale)
     one = torch.ones(1, dtype=torch.float32, device=q.device) if any(t is None for t in descales) else None
     grid = (triton.cdiv(sq, block_m), b * hq)
