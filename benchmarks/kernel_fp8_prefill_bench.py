@@ -61,19 +61,20 @@ def run(seq: int, tokens: int, hq: int, hkv: int, d: int, mod, rounds: int, gen,
     v8t = v8.transpose(1, 3).contiguous().transpose(1, 3)
     qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
     impls = {"ours bf16": lambda: mod.flash_attn_func(q, k, v, causal=True),
+             # the default: the warp-specialized Gluon program (`_gluon_fp8.py`) where it runs, else the Triton one
              "ours fp8": lambda: mod.flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
                                                      v_descale=vd),
-             # v kept with the keys contiguous, as the kernel reads it: the call without its transposing copy
-             "ours fp8 (v keys-contiguous)": lambda: mod.flash_attn_func(q8, k8, v8t, causal=True, q_descale=qd,
-                                                                         k_descale=kd, v_descale=vd),
-             # the warp-specialized Gluon program (`_gluon_fp8.py`, FlashAttention-3's schedule), v as the caller has it
-             "ours fp8 gluon": lambda: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
-                                                         v_descale=vd, program="gluon")}
+             "ours fp8 triton": lambda: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
+                                                          v_descale=vd, program="triton"),
+             # v kept with the keys contiguous, as the Triton program reads it: the call without its transposing copy
+             "ours fp8 triton (v keys-contiguous)": lambda: mod.fp8_attention(q8, k8, v8t, causal=True, q_descale=qd,
+                                                                              k_descale=kd, v_descale=vd,
+                                                                              program="triton")}
     for bm, bn, w, st in CONFIGS if explore else ():
         impls[f"ours fp8 {bm}x{bn} w{w} s{st}"] = (
             lambda bm=bm, bn=bn, w=w, st=st: mod.fp8_attention(q8, k8, v8t, causal=True, q_descale=qd, k_descale=kd,
                                                                v_descale=vd, block_m=bm, block_n=bn, num_warps=w,
-                                                               num_stages=st))
+                                                               num_stages=st, program="triton"))
 
     def cudnn():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):

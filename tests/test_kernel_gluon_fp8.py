@@ -182,18 +182,20 @@ def test_gluon_fp8_supported_names_the_reason(change, words):
 
 def test_fp8_attention_takes_a_program_and_refuses_gluon_with_the_reason():
     """The hook in `_fp8.fp8_attention`: an unknown program is refused; "gluon" where it cannot run raises the
-    predicate's reason (here: no CUDA GPU, or the interpreter's CPU); the default stays the Triton program."""
+    predicate's reason (here: no CUDA GPU, or the interpreter's CPU); the default, "auto", takes the Triton program
+    where the Gluon one cannot run."""
     import inspect
 
     from kernels import get_local_kernel
 
     mod = get_local_kernel(SOURCE.parents[1])
     fp8 = importlib.import_module(mod.__name__ + "._fp8")
-    assert inspect.signature(fp8.fp8_attention).parameters["program"].default == "triton"
+    assert inspect.signature(fp8.fp8_attention).parameters["program"].default == "auto"
     q = torch.zeros(1, 128, 2, 64, dtype=torch.float8_e4m3fn)
     with pytest.raises(ValueError, match="program must be"):
         fp8.fp8_attention(q, q, q, program="cutlass")
     if fp8.fp8_problem(q, q, q, None, None, None, torch.bfloat16) is None:  # under the interpreter: CPU tensors run
         with pytest.raises(ValueError, match="CUDA GPU"):
             fp8.fp8_attention(q, q, q, program="gluon")
+        assert torch.equal(fp8.fp8_attention(q, q, q), fp8.fp8_attention(q, q, q, program="triton"))
     assert fp8._gluon_problem(q, q, q, False) is not None
