@@ -42,6 +42,13 @@ def _quantized_sdpa():
         )
     except ImportError as e:
         return None, f"torch {torch.__version__} has no quantized SDPA ({e})"
+    # it runs only on FlashAttention-3, which torch dispatches to once activated (the other SDPA row here pins cuDNN)
+    activate = getattr(torch.nn.attention, "activate_flash_attention_impl", None)
+    if activate is not None:
+        try:
+            activate("FA3")
+        except Exception as e:  # not registered / its package missing: the row says why
+            return None, f"torch {torch.__version__} cannot activate FlashAttention-3 ({type(e).__name__}: {e})"
     return qsdpa, ""
 
 
