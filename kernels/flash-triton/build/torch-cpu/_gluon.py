@@ -353,6 +353,26 @@ def _ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v
 
 
 @gluon.jit
+def _ws_first_scores(q_tile, k_smem, q_bar, k_bar, m0, diag, n_blocks, s_layout: gl.constexpr,
+                     HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """A dense warp-specialized consumer's start (`_ws_consumer`, `_gluon_fp8._fp8_consumer`): the raw scores of key
+    block 0 (S = Q·K₀ᵀ, waited for), `full` (the keys every row of this half sees whole: blocks before it need no
+    causal mask), the row and column offsets of the score tile, and the zero accumulator each later QKᵀ starts from."""
+    if CAUSAL:
+        full = gl.minimum(m0 + diag + 1, n_blocks * BLOCK_N) // BLOCK_N * BLOCK_N
+    else:
+        full = n_blocks * BLOCK_N
+    offs_m = m0 + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    zero_s = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(k_bar.index(0), 0)
+    s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s])
+    return s, full, offs_m, offs_n, zero_s
+
+
+@gluon.jit
 def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                  o_row, q_col, m0, diag, n_blocks, sink,
                  HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
@@ -369,18 +389,8 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    if CAUSAL:
-        full = gl.minimum(m0 + diag + 1, n_blocks * BLOCK_N) // BLOCK_N * BLOCK_N
-    else:
-        full = n_blocks * BLOCK_N
-    offs_m = m0 + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
-    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    zero_s = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
-
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_bar.index(0), 0)
-    s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    s = warpgroup_mma_wait(0, deps=[s])
+    s, full, offs_m, offs_n, zero_s = _ws_first_scores(q_tile, k_smem, q_bar, k_bar, m0, diag, n_blocks, s_layout,
+                                                       HALF_M, BLOCK_N, CAUSAL)
     if not JOINT_RELEASE:
         mbarrier.arrive(k_empty.index(0), count=1)  # this warpgroup is done with block 0's keys
     s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)

@@ -52,7 +52,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._checks import descale_strides, tma_layout
 from ._config import INTERPRETED, l2_heads
-from ._gluon import _scores, _softmax_first, _softmax_next, _tma_fill, _tma_load, _tma_store, tile_order, tma_desc
+from ._gluon import (_scores, _softmax_first, _softmax_next, _tma_fill, _tma_load, _tma_store, _ws_first_scores,
+                      tile_order, tma_desc)
 
 BLOCK_M = 128  # two consumer warpgroups of 64 rows
 BLOCK_N = 128  # a multiple of 32 (the K step of an 8-bit wgmma) for P·V; N = 128 for QKᵀ
@@ -187,18 +188,8 @@ def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, 
                                                        instr_shape=[16, HEAD_DIM, 32])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)  # 4 x 8 bits per 32
     rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    if CAUSAL:
-        full = gl.minimum(m0 + diag + 1, n_blocks * BLOCK_N) // BLOCK_N * BLOCK_N
-    else:
-        full = n_blocks * BLOCK_N
-    offs_m = m0 + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
-    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    zero_s = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
-
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_bar.index(0), 0)
-    s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    s = warpgroup_mma_wait(0, deps=[s])
+    s, full, offs_m, offs_n, zero_s = _ws_first_scores(q_tile, k_smem, q_bar, k_bar, m0, diag, n_blocks, s_layout,
+                                                       HALF_M, BLOCK_N, CAUSAL)
     mbarrier.arrive(k_empty.index(0), count=1)
     s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
     p, m_i, l_i = _softmax_first(s, qk_scale, gl.float32, s_layout)  # fp32 P, still in the accumulator's layout
