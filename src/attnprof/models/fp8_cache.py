@@ -127,10 +127,14 @@ class Fp8StaticLayer(StaticLayer):
                 torch._dynamo.mark_static_address(t)
         self.is_initialized = True
 
+    def stored(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cache's bytes as uint8 `[B, Hkv, max_len, D]` views (what `static_fp8` hands the kernel)."""
+        return self.k_bytes, self.v_bytes.transpose(2, 3) if self.v_keys else self.v_bytes
+
     def _views(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The cache as FP8 `[B, Hkv, max_len, D]` views of its bytes."""
-        values = self.v_bytes.view(self.fmt)
-        return self.k_bytes.view(self.fmt), values.transpose(2, 3) if self.v_keys else values
+        keys, values = self.stored()
+        return keys.view(self.fmt), values.view(self.fmt)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
@@ -145,8 +149,12 @@ class Fp8StaticLayer(StaticLayer):
         self.cumulative_length.add_(n)
         k8, v8 = (fp8_quantize(x, d, self.fmt).view(torch.uint8) for x, d in ((key_states, self.k_descale),
                                                                               (value_states, self.v_descale)))
+        # on the storage itself, not on `stored()`'s transposed view (the write must target the graph's input)
         self.k_bytes.index_copy_(2, pos, k8)
-        self.v_bytes.index_copy_(3, pos, v8.transpose(2, 3)) if self.v_keys else self.v_bytes.index_copy_(2, pos, v8)
+        if self.v_keys:
+            self.v_bytes.index_copy_(3, pos, v8.transpose(2, 3))
+        else:
+            self.v_bytes.index_copy_(2, pos, v8)
         keys, values = self._views()
         if prompt:  # attended dequantised (exact, head dim contiguous whatever the storage); later calls read the bytes
             return (fp8_dequantize(keys, self.k_descale, key_states.dtype),
@@ -197,5 +205,4 @@ def static_fp8(module, key: torch.Tensor, value: torch.Tensor) -> Fp8KV | None:
     layer = _LIVE.get(getattr(module, "layer_idx", -1))
     if layer is None or not layer.is_initialized or layer.keys.shape != key.shape:
         return None
-    values = layer.v_bytes.transpose(2, 3) if layer.v_keys else layer.v_bytes
-    return Fp8KV(layer.k_bytes, values, layer.k_descale, layer.v_descale, fmt=layer.fmt)
+    return Fp8KV(*layer.stored(), layer.k_descale, layer.v_descale, fmt=layer.fmt)
