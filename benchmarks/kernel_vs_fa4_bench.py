@@ -13,7 +13,13 @@ decode rows give GB/s of K/V read. `--explore` adds our kernel with named config
 defaults are chosen from. `--rounds` (default 3) times the implementations of a case in turn that many times and
 keeps each one's median.
 
-    PYTHONPATH=src python3 benchmarks/kernel_vs_fa4_bench.py [--explore] [--only NAME,...] [--out rows.jsonl]
+`--anatomy` splits each implementation's time into its key loop and a fixed cost: not causal, 4x32 heads x 2k
+queries (2,048 tiles of 128 rows, ~16 waves on 132 SMs) over 512 to 8k keys at head dims 64 and 128; a least-squares
+line through µs against keys gives the loop's steady rate (TF/s of the slope) and the intercept (what a call costs
+beside its key loop: launch, each tile's Q load, first block, epilogue and store, the last wave's tail). A gap in
+the rate is the key loop; a gap in the intercept is the per-tile work that short causal tiles pay most often.
+
+    PYTHONPATH=src python3 benchmarks/kernel_vs_fa4_bench.py [--explore] [--anatomy] [--only NAME,...] [--out rows.jsonl]
 A missing FA4 or a refused shape is a `-` with its reason in the notes; nothing is timed in a unit test.
 """
 
@@ -49,9 +55,10 @@ class Case:
     window: tuple[int, int] = (-1, -1)
     sinks: bool = False
     decode: bool = False  # one query per sequence over a cache of `s` keys
+    sq: int = 0  # queries per sequence when they differ from `s` (the anatomy cases); 0: as many as keys
 
     def flops(self) -> float:
-        f = 4.0 * self.b * self.hq * self.s * self.s * self.d
+        f = 4.0 * self.b * self.hq * (self.sq or self.s) * self.s * self.d
         return f / 2 if self.causal else f
 
     def kv_bytes(self) -> float:
@@ -76,6 +83,33 @@ CASES = [
     *(Case(f"decode B{b} 32/8 {s // 1024}k d128", b, 32, 8, s, 128, causal=False, decode=True)
       for b, s in ((1, 8192), (1, 32768), (16, 8192), (64, 4096))),
 ]
+ANATOMY_KEYS = (512, 1024, 2048, 4096, 8192)
+ANATOMY = [Case(f"anatomy d{d} 4x32x2k q, {s} keys", 4, 32, 32, s, d, causal=False, sq=2048)
+           for d in (64, 128) for s in ANATOMY_KEYS]
+
+
+def anatomy_fits(rows: list[dict]) -> list[dict]:
+    """Per (head dim, implementation): the least-squares line through its anatomy rows, µs = fixed + slope·keys.
+    The loop's rate is the FLOPs one more key costs over the slope; `fixed_us` is the intercept."""
+    out = []
+    for d in sorted({r["shape"]["d"] for r in rows}):
+        for impl in dict.fromkeys(r["impl"] for r in rows):
+            pts = [(r["shape"]["s"], r["us"]) for r in rows
+                   if r["shape"]["d"] == d and r["impl"] == impl and r["us"] is not None]
+            if len(pts) < 3:
+                continue
+            n = len(pts)
+            mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
+            sxx = sum((x - mx) ** 2 for x, _ in pts)
+            slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
+            fixed = my - slope * mx
+            ss_res = sum((y - fixed - slope * x) ** 2 for x, y in pts)
+            ss_tot = sum((y - my) ** 2 for _, y in pts) or 1.0
+            shape = next(r["shape"] for r in rows if r["shape"]["d"] == d)
+            per_key_flops = 4.0 * shape["b"] * shape["hq"] * shape["sq"] * d
+            out.append(dict(case=f"anatomy fit d{d}", impl=impl, fixed_us=fixed, us_per_1k_keys=slope * 1024,
+                            loop_tfs=per_key_flops / slope / 1e6, r2=1 - ss_res / ss_tot, points=n))
+    return out
 
 
 def explore_configs(mod, case: Case, q, k) -> dict:
@@ -110,7 +144,7 @@ def run_case(case: Case, mod, fa4, explore: bool, gen, gpu: str, rounds: int = 1
     and one row each."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    sq = 1 if case.decode else case.s
+    sq = 1 if case.decode else (case.sq or case.s)
     q = torch.randn(case.b, sq, case.hq, case.d, device="cuda", dtype=torch.bfloat16, generator=gen)
     k, v = (torch.randn(case.b, case.s, case.hkv, case.d, device="cuda", dtype=torch.bfloat16, generator=gen)
             for _ in range(2))
@@ -181,6 +215,8 @@ def _dist_version(name: str) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--explore", action="store_true", help="also time named configs of our kernel (see above)")
+    p.add_argument("--anatomy", action="store_true", help="also split each implementation's time into key loop and "
+                                                           "fixed cost (see above)")
     p.add_argument("--only", default="", help="comma-separated substrings of case names to run")
     p.add_argument("--out", type=Path, help="write one JSON row per (case, implementation) here")
     p.add_argument("--rounds", type=int, default=3, help="rounds over the implementations per case, median kept "
@@ -208,13 +244,21 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(0)
     # one case's rows are written as soon as it is timed: a run cut short by a call's time limit keeps what finished
     sink = args.out.open("w") if args.out else None
+    anatomy = []
     try:
-        for case in CASES:
+        for case in CASES + (ANATOMY if args.anatomy else []):
             if not only or any(s in case.name for s in only):
-                rows = run_case(case, mod, fa4, args.explore, gen, props.name, max(args.rounds, 1))
+                rows = run_case(case, mod, fa4, args.explore and case not in ANATOMY, gen, props.name,
+                                max(args.rounds, 1))
+                anatomy += rows if case in ANATOMY else []
                 if sink:
                     sink.write("".join(json.dumps(r) + "\n" for r in rows))
                     sink.flush()
+        for fit in anatomy_fits(anatomy):
+            print(f"{fit['case']:<40} {fit['impl']:<44} fixed {fit['fixed_us']:8.1f} us, loop {fit['loop_tfs']:6.0f} "
+                  f"TF/s ({fit['us_per_1k_keys']:.1f} us per 1k keys, r2 {fit['r2']:.4f})", flush=True)
+            if sink:
+                sink.write(json.dumps(dict(fit, gpu=props.name)) + "\n")
     finally:
         if sink:
             sink.close()

@@ -1,0 +1,42 @@
+"""The FA4 benchmark's anatomy fit (benchmarks/kernel_vs_fa4_bench.py --anatomy): the line through µs against keys
+gives back a known fixed cost and key-loop rate, per head dim and implementation."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location(
+    "kernel_vs_fa4_bench", Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_vs_fa4_bench.py"
+)
+bench = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = bench  # its dataclasses look their module up
+spec.loader.exec_module(bench)
+
+
+def _rows(d: int, impl: str, fixed_us: float, loop_tfs: float, wobble: float = 0.0) -> list[dict]:
+    rows = []
+    for i, case in enumerate(c for c in bench.ANATOMY if c.d == d):
+        per_key_us = 4.0 * case.b * case.hq * case.sq * d / (loop_tfs * 1e6)
+        us = fixed_us + per_key_us * case.s + (wobble if i % 2 else -wobble)
+        rows.append(dict(case=case.name, impl=impl, us=us, shape=bench.dataclasses.asdict(case)))
+    return rows
+
+
+def test_the_fit_recovers_each_implementations_fixed_cost_and_loop_rate():
+    rows = _rows(128, "ours", 40.0, 600.0) + _rows(128, "FA4", 25.0, 650.0) + _rows(64, "ours", 30.0, 450.0, 0.5)
+    fits = {(f["case"], f["impl"]): f for f in bench.anatomy_fits(rows)}
+    assert set(fits) == {("anatomy fit d128", "ours"), ("anatomy fit d128", "FA4"), ("anatomy fit d64", "ours")}
+    assert fits["anatomy fit d128", "ours"]["fixed_us"] == pytest.approx(40.0)
+    assert fits["anatomy fit d128", "ours"]["loop_tfs"] == pytest.approx(600.0)
+    assert fits["anatomy fit d128", "FA4"]["loop_tfs"] == pytest.approx(650.0)
+    noisy = fits["anatomy fit d64", "ours"]
+    assert noisy["loop_tfs"] == pytest.approx(450.0, rel=0.02) and noisy["r2"] < 1.0
+
+
+def test_an_implementation_with_too_few_timed_points_gets_no_line():
+    rows = _rows(128, "ours", 40.0, 600.0)
+    for r in rows[2:]:
+        r["us"] = None  # refused or failed
+    assert bench.anatomy_fits(rows) == []
