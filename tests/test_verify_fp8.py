@@ -289,8 +289,8 @@ def test_production_decode_over_an_fp8_static_cache_reads_the_bytes_and_matches_
     vk = serve["v_keys"]  # the values stored keys-contiguous: every decode call reads them so, with the same result
     assert vk["tokens_equal"] and vk["max_logit_diff"] < 1e-2 * max(1.0, serve["logit_scale"]), vk
     assert vk["fp8_calls"] >= 5 and vk["keys_contiguous_calls"] == vk["fp8_calls"], vk
-    # serve's point stores V so because our kernel says it reads it (`FP8_V_KEYS_CONTIGUOUS`)
-    assert serve["point_reads"]["fp8"] > 0 and serve["point_reads"]["keys_contiguous"] == serve["point_reads"]["fp8"]
+    # serve's point stores V head-dim-contiguous, as K (keys-contiguous measured slower there: serving/loops.py)
+    assert serve["point_reads"]["fp8"] > 0 and serve["point_reads"]["keys_contiguous"] == 0, serve["point_reads"]
 
 
 if __name__ == "__main__":

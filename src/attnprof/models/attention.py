@@ -51,9 +51,6 @@ _NOT_TAKEN = ("sliding_window", "softcap", "s_aux")  # attention features a `Var
 _FLASH_NAMES = {"softcap": "softcap", "sliding_window": "window_size", "s_aux": "s_aux"}
 TAKES: dict[str, tuple[str, ...]] = {}  # attn_implementation -> the features of `_NOT_TAKEN` its adapter passes on
 READS_FP8: set[str] = set()  # attn_implementations that attend over an FP8 static cache's bytes (`fp8_cache_refusal`)
-# ... and of those, the ones whose kernel reads a V stored with the keys contiguous (its repo's `FP8_V_KEYS_CONTIGUOUS`):
-# their FP8 static cache stores V so (`Fp8StaticCache(v_keys=True)`)
-READS_FP8_V_KEYS: set[str] = set()
 
 
 def fp8_cache_refusal(impl: AttentionImpl) -> str | None:
@@ -219,8 +216,6 @@ def register_variant(variant: Variant) -> str:
     name = attn_name(variant)
     if cache_kernel is not None and takes_keywords(cache_kernel.flash_attn_with_kvcache, "k_descale", "v_descale"):
         READS_FP8.add(name)
-        if getattr(cache_kernel, "FP8_V_KEYS_CONTIGUOUS", False):
-            READS_FP8_V_KEYS.add(name)
     AttentionInterface.register(name, forward)
     AttentionMaskInterface.register(name, sdpa_mask)
     TAKES[name] = taken
