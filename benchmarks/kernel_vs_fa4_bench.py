@@ -9,7 +9,8 @@ views of them (plain cases; GQA through `enable_gqa`). Time: CUDA-graph replays 
 otherwise, said in the row), L2 flushed before each, p50 of 20 (`attnprof.measure.timing.time_call`). TF/s count
 4·B·H·Sq·Sk·D, halved when causal, also for windowed calls (so a window's rate reads above the causal one);
 decode rows give GB/s of K/V read. `--explore` adds our kernel with named configs beside the default
-(`Config.lpt`: FlashAttention's LPT tile order; the one-warpgroup and varlen programs for windows) — what its
+(`Config.lpt`: FlashAttention's LPT tile order; `Config.exp_poly`: exponentials on the FMA pipes; the
+one-warpgroup and varlen programs for windows) — what its
 defaults are chosen from. `--rounds` (default 3) times the implementations of a case in turn that many times and
 keeps each one's median.
 
@@ -115,8 +116,9 @@ def anatomy_fits(rows: list[dict]) -> list[dict]:
 def explore_configs(mod, case: Case, q, k) -> dict:
     """Named configs of our kernel to time beside its default on this case (`--explore`): for windows the
     one-warpgroup program on 64x64 tiles with 2 and 3 stages and the warp-specialized varlen program; for plain
-    calls the default program with `Config.lpt` switched the other way, and at head dim 64 the varlen program on
-    192-row tiles (three consumer warpgroups)."""
+    calls the default program with `Config.lpt` switched the other way and with `Config.exp_poly` (4; at head dim 64
+    also 2). The varlen program on 192-row tiles (three consumer warpgroups, FA4's head-dim-64 tile) was timed here
+    at 0.84-0.90x FA4 against the default's 0.89-0.91 (H100, git 6bb2a7f) and left out."""
     if case.decode or case.softcap:
         return {}
     known = mod._config  # the kernel's own named configs
@@ -130,11 +132,11 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     out = {}
     if getattr(cfg, "gluon", False) and case.causal:
         out[f"default {'without' if cfg.lpt else 'with'} lpt"] = dataclasses.replace(cfg, lpt=not cfg.lpt)
-    if case.d == 64:  # three consumer warpgroups on 192-row tiles (FA4's head-dim-64 tile), varlen program
-        three = dataclasses.replace(known.GLUON_WS_VARLEN, block_m=192)
-        out["varlen 192x128 s3"] = three
-        out["varlen 192x128 s3 lpt"] = dataclasses.replace(three, lpt=True)
-        out["varlen 192x128 s2 lpt"] = dataclasses.replace(three, num_stages=2, lpt=True)
+    if getattr(cfg, "gluon", False) and not cfg.varlen and not cfg.persistent:
+        # one score exponential in 4 (and at head dim 64, where the special-function unit's exponentials take as
+        # long as the matmuls, in 2) as a polynomial on the FMA pipes
+        for n in (4, 2) if case.d == 64 else (4,):
+            out[f"default exp-poly/{n}"] = dataclasses.replace(cfg, exp_poly=n)
     return out
 
 

@@ -60,7 +60,11 @@ PATHS = {"default": None, "ptr": dict(block_m=128, block_n=64, num_warps=8, num_
          "gluon-ws-varlen-lpt": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True,
                                      warp_specialize=True, varlen=True, lpt=True),
          "gluon-ws-varlen-192": dict(block_m=192, block_n=128, num_warps=4, num_stages=3, gluon=True,
-                                     warp_specialize=True, varlen=True, lpt=True)}
+                                     warp_specialize=True, varlen=True, lpt=True),
+         # one score exponential in 2 / 4 as a polynomial on the FMA pipes (`Config.exp_poly`)
+         "gluon-exp-poly": dict(block_m=64, block_n=128, num_warps=4, num_stages=2, gluon=True, exp_poly=2),
+         "gluon-ws-exp-poly": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True,
+                                   warp_specialize=True, exp_poly=4)}
 
 
 def oracle_case(case: tuple, d: int):
@@ -115,7 +119,7 @@ def test_matches_oracle_within_twice_eager(mod, case, path):
 
 
 @pytest.mark.parametrize("path", ["default", "gluon", "gluon-ws", "gluon-ws-128", "gluon-wsp", "gluon-ws-varlen",
-                                  "gluon-ws-lpt", "gluon-ws-varlen-lpt", "gluon-ws-varlen-192"])
+                                  "gluon-ws-lpt", "gluon-ws-varlen-lpt", "gluon-ws-varlen-192", "gluon-ws-exp-poly"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:6])) + f"-{c[6]}-{'causal' if c[7] else 'full'}")
 def test_views_of_the_heads_major_layout_match_oracle(mod, case, path):
     """`[B, S, H, D]` views of PyTorch's `[B, H, S, D]` tensors, as the `kernel` variant hands them over (no copy):

@@ -246,6 +246,17 @@ def _child() -> dict:
     meta = {cap: mod._features.varlen_gluon_meta(mod.parse_features("t", qb, cap, (-1, -1), None), poly4)
             for cap in (20.0, 80.0, 0.0)}
     out["cap_poly_meta"] = {str(cap): [m["CAP_BOUND"], m["CAP_POLY"]] for cap, m in meta.items()}
+    # Config.exp_poly (the dense Gluon programs' online softmax, one exp2 in 2 or 4 on the FMA pipes): refused by name
+    # on the varlen and persistent forms and the Triton program, and for another value
+    exps = {}
+    for name, kw in (("triton", dict(exp_poly=4)), ("varlen", dict(ws, varlen=True, exp_poly=4)),
+                     ("persistent", dict(ws, persistent=True, exp_poly=2)), ("value-3", dict(ws, exp_poly=3)),
+                     ("dense-ws", dict(ws, exp_poly=4)), ("one-wg", dict(block_m=64, block_n=128, gluon=True, exp_poly=2))):
+        try:
+            exps[name] = mod.Config(**kw).label()
+        except ValueError as err:
+            exps[name] = str(err)
+    out["exp_poly_refusals"] = exps
     return out
 
 
@@ -296,6 +307,14 @@ def test_p_pack_alu_is_refused_by_name_where_it_cannot_apply(interp):
     assert "p_pack_alu rounds P to bf16 (got float16)" in refused["varlen-fp16"], refused["varlen-fp16"]
     for name in ("varlen-bf16", "packed-bf16"):  # taken: refused only for the CPU (no Gluon; bf16 in the interpreter)
         assert "p_pack_alu" not in refused[name] and ("CUDA GPU" in refused[name] or "interpreter" in refused[name])
+
+
+def test_exp_poly_is_refused_by_name_where_no_program_takes_it(interp):
+    made = interp["exp_poly_refusals"]
+    for name in ("triton", "varlen", "persistent"):
+        assert "exp_poly is an option of the dense Gluon programs" in made[name], made[name]
+    assert "exp_poly is 0" in made["value-3"] and "got 3" in made["value-3"], made["value-3"]
+    assert made["dense-ws"].endswith("exp-poly/4") and made["one-wg"].endswith("exp-poly/2"), made
 
 
 def test_cap_poly_is_refused_by_name_where_it_cannot_apply(interp):

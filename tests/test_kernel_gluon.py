@@ -42,7 +42,7 @@ def _source(fn, sig, const):
 
 def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
                  ws: bool = False, persistent: bool = False, heads_in_rows: bool = False, joint: bool = False,
-                 sinks: bool = False, window: bool = False, lpt: bool = False):
+                 sinks: bool = False, window: bool = False, lpt: bool = False, exp_poly: int = 0):
     mod = _module()
     fn = mod.attention_fwd_sm90_wsp if persistent else mod.attention_fwd_sm90_ws if ws else mod.attention_fwd_sm90
     q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
@@ -60,7 +60,7 @@ def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: 
     # the programs' defaulted constexprs, as the launcher passes them (HEADS_IN_ROWS: [B, S, H, D] views of
     # [B, H, S, D] tensors, descriptors over [B*H*S, D]; JOINT_RELEASE: the K/V release of TUNING.md step 12)
     const.update({k: v for k, v in (("HEADS_IN_ROWS", heads_in_rows), ("JOINT_RELEASE", joint), ("WINDOW", window),
-                                    ("LPT", lpt)) if k in fn.arg_names})
+                                    ("LPT", lpt), ("EXP_POLY", exp_poly)) if k in fn.arg_names})
     if "Sinks" in fn.arg_names:  # the dense warp-specialized program's one model feature: None when off, as launched
         const["SINKS"] = sinks
         if sinks:
@@ -143,6 +143,24 @@ def test_one_warpgroup_program_takes_a_window_and_sinks_in_lpt_order_with_its_sc
     plain = compile_sm90(*shape, tmp_path)[1]
     assert sass.count("MUFU.EX2") > plain.count("MUFU.EX2")  # the sink's exp2 and its rescale
     assert sass.count("ISETP") > plain.count("ISETP")  # the window's edges are compared
+
+
+@pytest.mark.parametrize("shape,ws", [((128, 128, 64, 4, 3, True), True), ((64, 128, 64, 4, 2, True), False),
+                                      ((128, 128, 128, 4, 3, False), True)],
+                         ids=["ws-d64-causal", "one-wg-d64-causal", "ws-d128-full"])
+def test_exp_poly_moves_a_quarter_of_the_exponentials_to_the_fma_pipes_keeping_the_schedule(shape, ws, tmp_path):
+    """`Config.exp_poly=4` on the dense programs (the head-dim-64 defaults: one-warpgroup 64x128 below 8k keys, the
+    warp-specialized one from 8k): one score exponential in four leaves the special-function unit (MUFU.EX2 down by
+    about a quarter), the in-warpgroup overlap and the register handoff stay, nothing spills."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    kernel, sass, usage = compile_sm90(*shape, tmp_path, ws=ws, exp_poly=4)
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and ("USETMAXREG" in sass) == ws
+    assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
+    plain = compile_sm90(*shape, tmp_path, ws=ws)[1]
+    ex2, ex2_plain = sass.count("MUFU.EX2"), plain.count("MUFU.EX2")
+    assert 0.6 * ex2_plain < ex2 < 0.85 * ex2_plain, (ex2, ex2_plain)
+    assert sass.count("FFMA") > plain.count("FFMA")  # the polynomial's three FMAs per moved exponential
 
 
 def test_lpt_order_keeps_the_warp_specialized_schedule(tmp_path):

@@ -43,7 +43,7 @@ timeout $(( $(left) > 150 ? 150 : $(left) )) python3 benchmarks/kernel_serving_b
 echo "fp8 decode tune exit=$?"; grep "^tune" "$dest/tune.log" | cut -c1-250; stamp "fp8 tune"
 fi
 if part serve; then
-timeout $(( $(left) > 240 ? 240 : $(left) )) python3 -m attnprof serve --model llama-1b --dtype bf16 --loop production \
+timeout $(( $(left) > 360 ? 360 : $(left) )) python3 -m attnprof serve --model llama-1b --dtype bf16 --loop production \
   --mode decode --impls kernel --kv-dtype fp8 --decode-batch 16,64 --decode-context 8192 --new-tokens 32 \
   --json --out "$dest" --stem serve-kv-fp8 > "$dest/serve-kv-fp8.log" 2>&1
 echo "serve --kv-dtype fp8 exit=$?"; grep -E "^ kernel" "$dest/serve-kv-fp8.log" | cut -c1-160; stamp "serve kv fp8"

@@ -89,31 +89,67 @@ def _p_operand(p, dtype: gl.constexpr, p_layout: gl.constexpr, ALU_PACK: gl.cons
     return gl.convert_layout(q, p_layout)
 
 
+def _exp2_poly_asm(pack: int) -> str:
+    """PTX for `pack` exponentials 2^x: the first pack - 1 on the special-function unit (`ex2.approx`), the last on
+    the FMA/ALU pipes (FlashAttention-4's trick, 8 SASS instructions, no conversion unit): j = round(x) by the
+    1.5·2^23 shift, 2^(x - j) from a degree-3 minimax polynomial on [-1/2, 1/2] (relative error 1.0e-4, bf16's
+    rounding is 3.9e-3), then j added to the exponent bits. x is clamped at -127 (-inf, a masked score, gives
+    exactly 0; NaN stays NaN); from -126 up the result is a normal float, and `CAP_BOUND`'s exponents lie in
+    [-116, 44]."""
+    body = [f"ex2.approx.ftz.f32 ${i}, ${pack + i};" for i in range(pack - 1)]
+    body += [f"max.NaN.f32 px, ${2 * pack - 1}, 0fC2FE0000;",  # -127
+             "add.rn.f32 pr, px, 0f4B400000;", "sub.rn.f32 pj, pr, 0f4B400000;",  # pr's low bits: j = round(x)
+             "sub.rn.f32 pf, px, pj;",
+             "fma.rn.f32 pp, pf, 0f3D6150AE, 0f3E7805FF;", "fma.rn.f32 pp, pp, pf, 0f3F317AFD;",
+             "fma.rn.f32 pp, pp, pf, 0f3F800000;",
+             "mov.b32 pb, pr;", "mov.b32 pq, pp;", "shl.b32 pb, pb, 23;", "add.s32 pq, pq, pb;",
+             f"mov.b32 ${pack - 1}, pq;"]
+    return "\n".join(["{", ".reg .f32 px, pr, pj, pf, pp;", ".reg .b32 pb, pq;", *body, "}"])
+
+
+_EXP2_POLY_2 = gl.constexpr(_exp2_poly_asm(2))
+_EXP2_POLY_4 = gl.constexpr(_exp2_poly_asm(4))
+
+
+@gluon.jit
+def _exp2(x, POLY: gl.constexpr = 0):
+    """2^x, every one on the special-function unit, or with POLY = N (2, 4) one in N as a polynomial on the FMA pipes
+    (`_exp2_poly_asm`)."""
+    if POLY == 2:
+        return gl.inline_asm_elementwise(_EXP2_POLY_2, "=f,=f,f,f", [x], dtype=gl.float32, is_pure=True, pack=2)
+    elif POLY == 4:
+        return gl.inline_asm_elementwise(_EXP2_POLY_4, "=f,=f,=f,=f,f,f,f,f", [x], dtype=gl.float32, is_pure=True,
+                                         pack=4)
+    else:
+        return gl.exp2(x)
+
+
 @gluon.jit
 def _softmax_first(s, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, SAFE: gl.constexpr = False,
-                   ALU_PACK: gl.constexpr = False):
+                   ALU_PACK: gl.constexpr = False, POLY: gl.constexpr = 0):
     """The first key block of a tile: running max, running sum, and P as the next wgmma's register operand
     (`_p_operand`). `SAFE`: a row may see no key of the block (a sliding window, a sequence end): its max is -inf and
-    p must come out 0, not NaN."""
+    p must come out 0, not NaN. `POLY`: as `_exp2` (the scores' exponentials)."""
     m_i = gl.max(s, axis=1) * qk_scale
     if SAFE:
-        p = gl.exp2(s * qk_scale - gl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
+        p = _exp2(s * qk_scale - gl.where(m_i == float("-inf"), 0.0, m_i)[:, None], POLY)
     else:
-        p = gl.exp2(s * qk_scale - m_i[:, None])
+        p = _exp2(s * qk_scale - m_i[:, None], POLY)
     return _p_operand(p, dtype, p_layout, ALU_PACK), m_i, gl.sum(p, axis=1)
 
 
 @gluon.jit
 def _softmax_next(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr, SAFE: gl.constexpr = False,
-                  ALU_PACK: gl.constexpr = False):
-    """A later key block: the online-softmax update; alpha rescales the accumulator once its P·V is done."""
+                  ALU_PACK: gl.constexpr = False, POLY: gl.constexpr = 0):
+    """A later key block: the online-softmax update; alpha rescales the accumulator once its P·V is done. `POLY`: as
+    `_exp2` (the scores' exponentials; alpha's, one per row, stay on the special-function unit)."""
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     if SAFE:
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-        p = gl.exp2(s * qk_scale - m_use[:, None])
+        p = _exp2(s * qk_scale - m_use[:, None], POLY)
         alpha = gl.exp2(m_i - m_use)
     else:
-        p = gl.exp2(s * qk_scale - m_new[:, None])
+        p = _exp2(s * qk_scale - m_new[:, None], POLY)
         alpha = gl.exp2(m_i - m_new)
     return _p_operand(p, dtype, p_layout, ALU_PACK), m_new, l_i * alpha + gl.sum(p, axis=1), alpha
 
@@ -211,13 +247,14 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
                        win_right, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                        HEADS_IN_ROWS: gl.constexpr = False, LPT: gl.constexpr = False, WINDOW: gl.constexpr = False,
-                       SINKS: gl.constexpr = False):
+                       SINKS: gl.constexpr = False, EXP_POLY: gl.constexpr = 0):
     """grid = (Sq / BLOCK_M, B * H), with `LPT` (Sq / BLOCK_M * B * H,) (`tile_order`); BLOCK_M = 16 * num_warps
     (one warpgroup per 64 rows). The descriptors are 2-D views `[B*S, H*D]` of `[B, S, H, D]` tensors, or with
     `HEADS_IN_ROWS` `[B*H*S, D]` of `[B, H, S, D]` ones (`[B, S, H, D]` views of them: what a transpose of PyTorch's
     own layout hands over, read without a copy). `WINDOW`: a sliding window (win_left, win_right; a bound past every
     key for an unbounded side), the tile walks only the key blocks its rows' windows reach; `SINKS`: the sink logits
-    Sinks `[H]` (any float dtype) join each row's denominator. Sq <= Sk whenever either is on (every row sees a key)."""
+    Sinks `[H]` (any float dtype) join each row's denominator. Sq <= Sk whenever either is on (every row sees a key).
+    `EXP_POLY`: one score exponential in that many (2, 4) as a polynomial on the FMA pipes (`_exp2`, `Config.exp_poly`)."""
     dtype: gl.constexpr = desc_q.dtype
     m0, q_row, kv_row, q_col, kv_col, h = _program_tile(H, GROUPS, SQ, SK, L2_HEADS, HEAD_DIM, BLOCK_M, CAUSAL,
                                                         HEADS_IN_ROWS, LPT)
@@ -272,7 +309,7 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
     if WINDOW:
         lo = first * BLOCK_N
         s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
-    p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, WINDOW)
+    p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, WINDOW, POLY=EXP_POLY)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -287,7 +324,7 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
         if WINDOW:
             lo = (first + j) * BLOCK_N
             s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
-        p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, WINDOW)
+        p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, WINDOW, POLY=EXP_POLY)
         acc = warpgroup_mma_wait(0, deps=[acc])
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
         if num_warps > 4:  # another warpgroup may still read this stage
@@ -376,7 +413,7 @@ def _ws_first_scores(q_tile, k_smem, q_bar, k_bar, m0, diag, n_blocks, s_layout:
 def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                  o_row, q_col, m0, diag, n_blocks, sink,
                  HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                 CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, SINKS: gl.constexpr):
+                 CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, SINKS: gl.constexpr, EXP_POLY: gl.constexpr = 0):
     """64 rows of the tile (rows m0 ...), one warpgroup: the schedule of `attention_fwd_sm90`, with the stage
     released to the producer (`k_empty`, `v_empty`: `_ws_producer`) instead of refilled. Both halves walk the same
     `n_blocks` (the lower half's last blocks are fully masked for the upper half: probabilities 0, running max
@@ -394,7 +431,7 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
     if not JOINT_RELEASE:
         mbarrier.arrive(k_empty.index(0), count=1)  # this warpgroup is done with block 0's keys
     s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-    p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout)
+    p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, POLY=EXP_POLY)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -408,7 +445,7 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
         if not JOINT_RELEASE:
             mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
         s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-        p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
+        p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, POLY=EXP_POLY)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(prev), count=1)  # ... and with block j-1's values
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
@@ -459,13 +496,14 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                           HEADS_IN_ROWS: gl.constexpr = False, JOINT_RELEASE: gl.constexpr = False,
-                          SINKS: gl.constexpr = False, LPT: gl.constexpr = False):
+                          SINKS: gl.constexpr = False, LPT: gl.constexpr = False, EXP_POLY: gl.constexpr = 0):
     """grid = (Sq / BLOCK_M, B * H), with `LPT` (Sq / BLOCK_M * B * H,) (`tile_order`); BLOCK_M = 128 (two consumer
     warpgroups of 64 rows), num_warps = 4 (the default
     partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows.
     `HEADS_IN_ROWS`: as in `attention_fwd_sm90`. `JOINT_RELEASE`: a K/V stage is released once, after P·V (kept to
     measure against; TUNING.md step 13). `SINKS`: attention sinks (Sinks `[H]`, any float
-    dtype; None without), the one model feature this program computes (`_features.py`)."""
+    dtype; None without), the one model feature this program computes (`_features.py`). `EXP_POLY`: as in
+    `attention_fwd_sm90`."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     m0, q_row, kv_row, q_col, kv_col, h = _program_tile(H, GROUPS, SQ, SK, L2_HEADS, HEAD_DIM, BLOCK_M, CAUSAL,
                                                         HEADS_IN_ROWS, LPT)
@@ -486,10 +524,10 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
     gl.warp_specialize([
         (_ws_consumer, (desc_o, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                         q_row, q_col, m0, diag, n_blocks, sink, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
-                        JOINT_RELEASE, SINKS)),
+                        JOINT_RELEASE, SINKS, EXP_POLY)),
         (_ws_consumer, (desc_o, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                         q_row + HALF_M, q_col, m0 + HALF_M, diag, n_blocks, sink, HEAD_DIM, HALF_M, BLOCK_N,
-                        STAGES, CAUSAL, JOINT_RELEASE, SINKS)),
+                        STAGES, CAUSAL, JOINT_RELEASE, SINKS, EXP_POLY)),
         (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                         q_row, kv_row, q_col, kv_col, 0, n_blocks, SK, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])

@@ -47,6 +47,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ._gluon import (
     _p_operand,
     _sink_rescale,
+    _exp2,
     _softmax_first,
     _softmax_next,
     _window_scores,
@@ -89,26 +90,6 @@ def _feature_scores(s, j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_le
     return s
 
 
-def _exp2_poly_asm(pack: int) -> str:
-    """PTX for `pack` exponentials 2^x: the first pack - 1 on the special-function unit (`ex2.approx`), the last on
-    the FMA/ALU pipes (FlashAttention-4's trick, 8 SASS instructions, no conversion unit): j = round(x) by the
-    1.5·2^23 shift, 2^(x - j) from a degree-3 minimax polynomial on [-1/2, 1/2] (relative error 1.0e-4, bf16's
-    rounding is 3.9e-3), then j added to the exponent bits. x is clamped at -127 (-inf, a masked score, gives
-    exactly 0; NaN stays NaN); from -126 up the result is a normal float, and `CAP_BOUND`'s exponents lie in
-    [-116, 44]."""
-    body = [f"ex2.approx.ftz.f32 ${i}, ${pack + i};" for i in range(pack - 1)]
-    body += [f"max.NaN.f32 px, ${2 * pack - 1}, 0fC2FE0000;",  # -127
-             "add.rn.f32 pr, px, 0f4B400000;", "sub.rn.f32 pj, pr, 0f4B400000;",  # pr's low bits: j = round(x)
-             "sub.rn.f32 pf, px, pj;",
-             "fma.rn.f32 pp, pf, 0f3D6150AE, 0f3E7805FF;", "fma.rn.f32 pp, pp, pf, 0f3F317AFD;",
-             "fma.rn.f32 pp, pp, pf, 0f3F800000;",
-             "mov.b32 pb, pr;", "mov.b32 pq, pp;", "shl.b32 pb, pb, 23;", "add.s32 pq, pq, pb;",
-             f"mov.b32 ${pack - 1}, pq;"]
-    return "\n".join(["{", ".reg .f32 px, pr, pj, pf, pp;", ".reg .b32 pb, pq;", *body, "}"])
-
-
-_EXP2_POLY_2 = gl.constexpr(_exp2_poly_asm(2))
-_EXP2_POLY_4 = gl.constexpr(_exp2_poly_asm(4))
 
 
 @gluon.jit
@@ -119,14 +100,7 @@ def _capped_softmax(s, l_i, qk_scale, m_ref, dtype: gl.constexpr, p_layout: gl.c
     alpha: fewer FMA-pipe instructions per score than the plain softmax, TUNING.md step 19). `CAP_POLY` = N (2, 4):
     one exponential in N on the FMA pipes (`_exp2_poly_asm`), since tanh and exp2 both queue on the special-function
     unit here (TUNING.md step 20); `ALU_PACK` as `_gluon._p_operand`."""
-    x = s * qk_scale - m_ref
-    if CAP_POLY == 2:
-        p = gl.inline_asm_elementwise(_EXP2_POLY_2, "=f,=f,f,f", [x], dtype=gl.float32, is_pure=True, pack=2)
-    elif CAP_POLY == 4:
-        p = gl.inline_asm_elementwise(_EXP2_POLY_4, "=f,=f,=f,=f,f,f,f,f", [x], dtype=gl.float32, is_pure=True,
-                                      pack=4)
-    else:
-        p = gl.exp2(x)
+    p = _exp2(s * qk_scale - m_ref, CAP_POLY)
     return _p_operand(p, dtype, p_layout, ALU_PACK), l_i + gl.sum(p, axis=1)
 
 
