@@ -561,8 +561,8 @@ def test_window_and_sinks_on_the_one_warpgroup_program_match_the_fp64_oracle(til
 @pytest.mark.cuda
 def test_small_windows_take_the_one_warpgroup_program_by_default():
     """The default route of a windowed call (TUNING.md step 25): gpt-oss's 128-key window with sinks at head dim 64
-    and a 512-key window at 128 on the one-warpgroup program (64x64 tiles), a 4096-key window and a ragged length on
-    the warp-specialized varlen program; the default call matches the fp64 oracle."""
+    and 512- and 1024-key windows at 128 on the one-warpgroup program (64x64 tiles), 2048- and 4096-key windows and a
+    ragged length on the warp-specialized varlen program; the default call matches the fp64 oracle."""
     import torch
 
     from attnprof.variants import kernel_hub
@@ -582,6 +582,8 @@ def test_small_windows_take_the_one_warpgroup_program_by_default():
     sinks = (torch.randn(16, generator=gen) + 3).cuda()
     assert program(rand(1, 1024, 16, 64), (128, 0), sinks) == "64x64 w4 s3 tma gluon"
     assert program(rand(1, 1024, 16, 128), (512, 0)) == "64x64 w4 s3 tma gluon"
+    assert program(rand(1, 4096, 16, 128), (1024, 0)) == "64x64 w4 s3 tma gluon"
+    assert program(rand(1, 4096, 16, 128), (2048, 0)).endswith("ws gluon varlen")
     assert program(rand(1, 8192, 16, 128), (4096, 0)).endswith("ws gluon varlen")
     assert program(rand(1, 1000, 16, 128), (128, 0)).endswith("ws gluon varlen")  # ragged
     q, k, v = rand(2, 1024, 16, 64, scale=3.0), rand(2, 1024, 4, 64), rand(2, 1024, 4, 64)

@@ -155,7 +155,9 @@ def softcap_switches(cfg, f: Features, head_dim: int, dtype: torch.dtype):
     return dataclasses.replace(cfg, cap_poly=4, p_pack_alu=dtype == torch.bfloat16)
 
 
-SMALL_WINDOW = 512  # keys a window spans (left + right) up to which the one-warpgroup program takes it by default
+SMALL_WINDOW = 1024  # keys a window spans (left + right) up to which the one-warpgroup program takes it by default
+# (TUNING.md step 28, an H100: at 1024 keys it took 534 / 662 µs against the varlen program's 603 / 881 at head dims
+# 128 / 64; at 2048 it lost, 1,013 against 994)
 
 
 def small_window(f: Features, causal: bool) -> bool:

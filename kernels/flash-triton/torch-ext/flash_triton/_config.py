@@ -144,7 +144,8 @@ GLUON_64x64 = Config(block_m=64, block_n=64, num_warps=4, num_stages=3, gluon=Tr
 # blocks of 128 per 64 rows, and fits 2 (head dim 128) to 4 (64) CTAs per SM, so one tile's prologue and epilogue run
 # under another's loop (TUNING.md step 25: gpt-oss's 128-key window 0.61 -> 1.28x FlashAttention-4, an H100). 3
 # stages at both head dims: the configs whose window and sinks passed the fp64 oracle on the GPU (2 stages at 64 timed
-# faster, 1.51x, and has not yet been through the oracle there)
+# faster, 1.53x FA4 at gpt-oss's window and 0.97x at a 1024-key one against 1.29x and 0.92x, and has not yet been
+# through the oracle there: `test_window_and_sinks_on_the_one_warpgroup_program_match_the_fp64_oracle`)
 GLUON_WINDOW = {64: GLUON_64x64, 128: GLUON_64x64}
 
 
