@@ -39,7 +39,7 @@ def _module():
     return importlib.import_module("flash_triton_src._gluon_fp8")
 
 
-def compile_fp8(head_dim: int, causal: bool, stages: int = 3, heads_in_rows: bool = False):
+def compile_fp8(head_dim: int, causal: bool, stages: int = 3, heads_in_rows: bool = False, exp_poly: int = 0):
     """`attention_fwd_fp8_sm90_ws` compiled for sm_90 as `gluon_fp8_attention` launches it (bf16 out)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -54,7 +54,7 @@ def compile_fp8(head_dim: int, causal: bool, stages: int = 3, heads_in_rows: boo
     sig.update(desc_q=desc(64, head_dim), desc_k=desc(mod.BLOCK_N, head_dim), desc_vt=desc(head_dim, mod.BLOCK_N),
                desc_o=desc(64, head_dim, "bf16", gl.bfloat16), QD="*fp32", KD="*fp32", VD="*fp32", qk_scale="fp32")
     const = dict(HEAD_DIM=head_dim, BLOCK_M=mod.BLOCK_M, BLOCK_N=mod.BLOCK_N, STAGES=stages, CAUSAL=causal,
-                 num_warps=4, HEADS_IN_ROWS=heads_in_rows, LPT=False)  # every constexpr passed: one compile each
+                 num_warps=4, HEADS_IN_ROWS=heads_in_rows, LPT=False, EXP_POLY=exp_poly)  # every constexpr passed
     sig.update({k: "constexpr" for k in const})
     return triton.compile(GluonASTSource(fn, sig, {(names.index(k),): v for k, v in const.items()}),
                           target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
@@ -132,6 +132,18 @@ def test_heads_major_views_and_four_stages_keep_the_schedule(tmp_path):
     assert kernel.metadata.shared <= SMEM_PER_SM
 
 
+def test_exp_poly_moves_a_quarter_of_the_exponentials_off_the_special_function_unit(compiled, tmp_path):
+    """`exp_poly=4` (`gluon_fp8_attention`'s `EXP_POLY`): with FP8 products the exponentials take as long as both
+    matmuls; one in four goes to the FMA pipes. The schedule, the shuffle-free P and the register budget stay."""
+    kernel = compile_fp8(128, True, exp_poly=4)
+    sass = _tool(kernel, tmp_path, "nvdisasm", "-c")
+    plain = compiled[128, True][1]
+    assert overlapped_pairs(sass) == 2 and "SHFL.IDX" not in sass and "PRMT" not in sass
+    assert int(re.search(r"LOCAL:(\d+)", _tool(kernel, tmp_path, "cuobjdump", "--dump-resource-usage")).group(1)) == 0
+    ex2, ex2_plain = sass.count("MUFU.EX2"), plain.count("MUFU.EX2")
+    assert 0.6 * ex2_plain < ex2 < 0.85 * ex2_plain, (ex2, ex2_plain)
+
+
 def test_the_overlap_check_fails_without_the_overlap():
     """`overlapped_pairs` on hand-written sequences: waiting for S before issuing P·V is not an overlap."""
     s = ["QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24, gsb0 ;"]
@@ -198,4 +210,11 @@ def test_fp8_attention_takes_a_program_and_refuses_gluon_with_the_reason():
         with pytest.raises(ValueError, match="CUDA GPU"):
             fp8.fp8_attention(q, q, q, program="gluon")
         assert torch.equal(fp8.fp8_attention(q, q, q), fp8.fp8_attention(q, q, q, program="triton"))
+        # exp_poly is the Gluon program's: where that one cannot run it is refused, never dropped
+        with pytest.raises(ValueError, match="exp_poly is an option of the Gluon FP8 program.*CUDA GPU"):
+            fp8.fp8_attention(q, q, q, exp_poly=4)
+        with pytest.raises(ValueError, match="exp_poly is an option of the Gluon FP8 program.*triton"):
+            fp8.fp8_attention(q, q, q, exp_poly=2, program="triton")
+    with pytest.raises(ValueError, match="exp_poly is 0, 2 or 4"):
+        fp8.fp8_attention(q, q, q, exp_poly=3)
     assert fp8._gluon_problem(q, q, q, False) is not None

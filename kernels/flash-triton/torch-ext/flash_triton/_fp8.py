@@ -202,20 +202,27 @@ def _gluon_problem(q, k, v, causal) -> str | None:
 
 def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None,
                   out_dtype=torch.bfloat16, *, block_m: int = 128, block_n: int = 64, num_warps: int = 4,
-                  num_stages: int = 3, program: str = "auto"):
+                  num_stages: int = 3, program: str = "auto", exp_poly: int = 0):
     """Attention of e4m3 q `[B, Sq, Hq, D]` over e4m3 k/v `[B, Sk, Hkv, D]` with descales; `[B, Sq, Hq, D]` in
     `out_dtype`. ValueError with the reason for anything it does not take. `program`: "triton" (this module's
     program, the tile arguments apply), "gluon" (the warp-specialized sm_90 program of `_gluon_fp8.py`, FlashAttention-3
     style; ValueError with the reason where it cannot run) or "auto" (that one where it can run, else the Triton
     program; the default: on an H100 the Gluon program passed its CUDA oracle tests and ran 1.07-1.08x the bf16 kernel
     at 8k-16k causal head dim 128, where this one ran 0.91-0.99x, docs/results/kernel-fp8-prefill). The tile
-    arguments apply to the Triton program only."""
+    arguments apply to the Triton program only; `exp_poly` (2, 4: one score exponential in that many on the FMA
+    pipes, TUNING.md step 28) to the Gluon program only, and is refused where that one does not run."""
     if program not in ("triton", "gluon", "auto"):
         raise ValueError(f"flash-triton flash_attn_func (FP8): program must be 'triton', 'gluon' or 'auto', got "
                          f"{program!r}")
+    if exp_poly not in (0, 2, 4):
+        raise ValueError(f"flash-triton flash_attn_func (FP8): exp_poly is 0, 2 or 4, got {exp_poly}")
     if problem := fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype):
         raise ValueError(f"flash-triton flash_attn_func (FP8): {problem}")
-    gluon = program != "triton" and (why := _gluon_problem(q, k, v, causal)) is None
+    why = "program='triton' was asked for" if program == "triton" else _gluon_problem(q, k, v, causal)
+    gluon = why is None
+    if exp_poly and not gluon:
+        raise ValueError(f"flash-triton flash_attn_func (FP8): exp_poly is an option of the Gluon FP8 program, which "
+                         f"does not run here: {why}")
     if program == "gluon" and not gluon:
         raise ValueError(f"flash-triton flash_attn_func (FP8): {why}")
     b, sq, hq, d = q.shape
@@ -229,7 +236,7 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
     if gluon:  # it transposes v itself (`_gluon_fp8.permuted_vt`)
         from ._gluon_fp8 import gluon_fp8_attention
 
-        gluon_fp8_attention(q, k, v, out, q_descale, k_descale, v_descale, scale, bool(causal))
+        gluon_fp8_attention(q, k, v, out, q_descale, k_descale, v_descale, scale, bool(causal), exp_poly=exp_poly)
         return out
     descales = (q_descale, k_descale, v_descale)
     one = torch.ones(1, dtype=torch.float32, device=q.device) if any(t is None for t in descales) else None

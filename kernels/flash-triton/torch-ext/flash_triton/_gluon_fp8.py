@@ -175,8 +175,10 @@ def _fp8_producer(desc_q, desc_k, desc_vt, q_smem, k_smem, vt_smem, q_bar, k_bar
 def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale, v_descale,
                   o_row, o_col, m0, diag, n_blocks,
                   HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr):
-    """64 rows of the tile (rows m0 ...), one warpgroup: `_gluon._ws_consumer`'s schedule with e4m3 operands. The
+                  CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0):
+    """64 rows of the tile (rows m0 ...), one warpgroup: `_gluon._ws_consumer`'s schedule with e4m3 operands.
+    `EXP_POLY`: one score exponential in that many (2, 4) on the FMA pipes (`_gluon._exp2`): with FP8 matmuls twice
+    as fast, the special-function unit's 16,384 exponentials per 128x128 block take as long as both products. The
     softmax (`_softmax_first/_softmax_next`, l_i summing the fp32 probabilities) leaves P in fp32 in the accumulator's
     layout; it crosses the loop's back edge so, and is rounded to the e4m3 A operand (`_p_fp8`) right after S_j is
     issued, under that matmul. (Carried as e4m3, its 64 bytes crossed the back edge one byte a register and were
@@ -192,7 +194,7 @@ def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, 
                                                        HALF_M, BLOCK_N, CAUSAL)
     mbarrier.arrive(k_empty.index(0), count=1)
     s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-    p, m_i, l_i = _softmax_first(s, qk_scale, gl.float32, s_layout)  # fp32 P, still in the accumulator's layout
+    p, m_i, l_i = _softmax_first(s, qk_scale, gl.float32, s_layout, POLY=EXP_POLY)  # fp32 P, still in the accumulator's layout
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -206,7 +208,7 @@ def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, 
         s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} still runs under this softmax
         mbarrier.arrive(k_empty.index(cur), count=1)
         s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-        p, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, gl.float32, s_layout)
+        p, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, gl.float32, s_layout, POLY=EXP_POLY)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(before), count=1)
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
@@ -237,12 +239,14 @@ def attention_fwd_fp8_sm90_ws(desc_q, desc_k, desc_vt, desc_o, QD, KD, VD, qk_sc
                               H, GROUPS, SQ, SK, L2_HEADS,
                               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
-                              HEADS_IN_ROWS: gl.constexpr = False, LPT: gl.constexpr = False):
+                              HEADS_IN_ROWS: gl.constexpr = False, LPT: gl.constexpr = False,
+                              EXP_POLY: gl.constexpr = 0):
     """grid = (Sq / BLOCK_M, B * H), with `LPT` (Sq / BLOCK_M * B * H,) (`_gluon.tile_order`); BLOCK_M = 128,
     num_warps = 4 (the default partition is consumer 0; consumer 1 and the producer warp are workers). desc_q (64-row
     tiles) and desc_k: `fp8_desc` (`HEADS_IN_ROWS`: the `[B*H*S, D]` views); desc_vt: `vt_desc`; desc_o: `[B*Sq, H*D]`
     of the contiguous bf16/fp16 output, 64-row tiles. qk_scale = softmax scale x log2(e); the descales are fp32 at
-    D[b * stride_db + hkv * stride_dh] (strides 0: one per tensor), loaded once per program as `_fp8.py` does."""
+    D[b * stride_db + hkv * stride_dh] (strides 0: one per tensor), loaded once per program as `_fp8.py` does.
+    `EXP_POLY`: as `_fp8_consumer`."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     start_m, off_bh = tile_order(SQ // BLOCK_M, L2_HEADS, CAUSAL, LPT)
     b = off_bh // H
@@ -279,10 +283,10 @@ def attention_fwd_fp8_sm90_ws(desc_q, desc_k, desc_vt, desc_o, QD, KD, VD, qk_sc
     gl.warp_specialize([
         (_fp8_consumer, (desc_o, o_smem.index(0), q_smem.index(0), k_smem, vt_smem, q_bar, k_bar, v_bar, k_empty,
                          v_empty, scale, v_descale, o_row, o_col, m0, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N,
-                         STAGES, CAUSAL)),
+                         STAGES, CAUSAL, EXP_POLY)),
         (_fp8_consumer, (desc_o, o_smem.index(1), q_smem.index(1), k_smem, vt_smem, q_bar, k_bar, v_bar, k_empty,
                          v_empty, scale, v_descale, o_row + HALF_M, o_col, m0 + HALF_M, diag, n_blocks, HEAD_DIM,
-                         HALF_M, BLOCK_N, STAGES, CAUSAL)),
+                         HALF_M, BLOCK_N, STAGES, CAUSAL, EXP_POLY)),
         (_fp8_producer, (desc_q, desc_k, desc_vt, q_smem, k_smem, vt_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                          q_row, q_col, kv_row, kv_col, bk * HEAD_DIM, n_blocks, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
@@ -315,11 +319,13 @@ def gluon_fp8_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
 
 
 def gluon_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, q_descale, k_descale,
-                        v_descale, scale: float, causal: bool, *, stages: int = STAGES, lpt: bool = False) -> None:
+                        v_descale, scale: float, causal: bool, *, stages: int = STAGES, lpt: bool = False,
+                        exp_poly: int = 0) -> None:
     """Launch `attention_fwd_fp8_sm90_ws` (inputs that `gluon_fp8_supported` took): e4m3 q `[B, Sq, Hq, D]`, k and v
     `[B, Sk, Hkv, D]` (v as the caller passed it, D or the keys contiguous: `permuted_vt` transposes it, not
     `_fp8.v_keys_contiguous`), out a contiguous `[B, Sq, Hq, D]` bf16/fp16 tensor written in place; descales fp32
-    `[B, Hkv]`, one element or None (1.0); `scale` the softmax scale. `lpt`: causal tiles in LPT order."""
+    `[B, Hkv]`, one element or None (1.0); `scale` the softmax scale. `lpt`: causal tiles in LPT order. `exp_poly`
+    (0, 2, 4): `EXP_POLY`."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     heads_in_rows = tma_layout(q, k, k) == "heads"
@@ -335,7 +341,7 @@ def gluon_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
         *(one if t is None else t for t in descales), scale * _LOG2E,
         *(s for t in descales for s in descale_strides(t)), hq, hq // hkv, sq, sk, l2,
         HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=bool(causal), num_warps=4,
-        HEADS_IN_ROWS=heads_in_rows, LPT=lpt)
+        HEADS_IN_ROWS=heads_in_rows, LPT=lpt, EXP_POLY=exp_poly)
 
 
 __all__ = ["attention_fwd_fp8_sm90_ws", "gluon_fp8_attention", "gluon_fp8_supported", "permuted_vt"]
