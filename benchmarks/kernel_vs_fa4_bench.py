@@ -20,7 +20,12 @@ line through µs against keys gives the loop's steady rate (TF/s of the slope) a
 beside its key loop: launch, each tile's Q load, first block, epilogue and store, the last wave's tail). A gap in
 the rate is the key loop; a gap in the intercept is the per-tile work that short causal tiles pay most often.
 
-    PYTHONPATH=src python3 benchmarks/kernel_vs_fa4_bench.py [--explore] [--anatomy] [--only NAME,...] [--out rows.jsonl]
+`--timeline` records our default program's schedule on the plain head-dim-128 cases (each tile's start and end on
+the GPU's global timer, its SM and key blocks: `attention(..., timeline=)`): the busy fraction of span x SMs, the
+tail, and tile µs against key blocks, whose fixed part holds the diagonal block and the tile's prologue and epilogue.
+
+    PYTHONPATH=src python3 benchmarks/kernel_vs_fa4_bench.py [--explore] [--anatomy] [--timeline] [--only NAME,...]
+        [--out rows.jsonl]
 A missing FA4 or a refused shape is a `-` with its reason in the notes; nothing is timed in a unit test.
 """
 
@@ -89,6 +94,18 @@ ANATOMY = [Case(f"anatomy d{d} 4x32x2k q, {s} keys", 4, 32, 32, s, d, causal=Fal
            for d in (64, 128) for s in ANATOMY_KEYS]
 
 
+def _line(pts: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """Least squares y = fixed + slope·x: (fixed, slope, r²)."""
+    n = len(pts)
+    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts) or 1.0
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    fixed = my - slope * mx
+    ss_res = sum((y - fixed - slope * x) ** 2 for x, y in pts)
+    ss_tot = sum((y - my) ** 2 for _, y in pts) or 1.0
+    return fixed, slope, 1 - ss_res / ss_tot
+
+
 def anatomy_fits(rows: list[dict]) -> list[dict]:
     """Per (head dim, implementation): the least-squares line through its anatomy rows, µs = fixed + slope·keys.
     The loop's rate is the FLOPs one more key costs over the slope; `fixed_us` is the intercept."""
@@ -99,18 +116,48 @@ def anatomy_fits(rows: list[dict]) -> list[dict]:
                    if r["shape"]["d"] == d and r["impl"] == impl and r["us"] is not None]
             if len(pts) < 3:
                 continue
-            n = len(pts)
-            mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
-            sxx = sum((x - mx) ** 2 for x, _ in pts)
-            slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-            fixed = my - slope * mx
-            ss_res = sum((y - fixed - slope * x) ** 2 for x, y in pts)
-            ss_tot = sum((y - my) ** 2 for _, y in pts) or 1.0
+            fixed, slope, r2 = _line(pts)
             shape = next(r["shape"] for r in rows if r["shape"]["d"] == d)
             per_key_flops = 4.0 * shape["b"] * shape["hq"] * shape["sq"] * d
             out.append(dict(case=f"anatomy fit d{d}", impl=impl, fixed_us=fixed, us_per_1k_keys=slope * 1024,
-                            loop_tfs=per_key_flops / slope / 1e6, r2=1 - ss_res / ss_tot, points=n))
+                            loop_tfs=per_key_flops / slope / 1e6, r2=r2, points=len(pts)))
     return out
+
+
+def timeline_summary(rec: list[tuple[int, int, int, int]]) -> dict:
+    """What `attention(..., timeline=)`'s records (start ns, end ns, SM, key blocks) say of a launch's schedule: its
+    span, how much of span x SMs the tiles kept busy, the tail (from the first SM to run out of tiles to the end),
+    and a line through tile µs against key blocks (per-block µs, per-tile fixed µs: the diagonal block and a tile's
+    prologue and epilogue are in the fixed part, compared with a launch without causal tiles)."""
+    t0 = min(r[0] for r in rec)
+    end = max(r[1] for r in rec)
+    last: dict[int, int] = {}
+    busy: dict[int, int] = {}
+    for start, stop, sm, _ in rec:
+        last[sm] = max(last.get(sm, 0), stop)
+        busy[sm] = busy.get(sm, 0) + stop - start
+    span = end - t0
+    fixed, slope, r2 = _line([(float(n), (stop - start) / 1e3) for start, stop, _, n in rec])
+    return dict(tiles=len(rec), sms=len(last), span_us=span / 1e3, busy=sum(busy.values()) / (len(last) * span),
+                tail_us=(end - min(last.values())) / 1e3, tile_fixed_us=fixed, us_per_block=slope, r2=r2)
+
+
+def run_timeline(case: Case, mod, gen, gpu: str) -> dict | None:
+    """Our default program on `case` with a timeline (`attention(..., timeline=)`), after a warm-up call: its
+    schedule summarised (`timeline_summary`). None where the default is not the dense warp-specialized program."""
+    q = torch.randn(case.b, case.sq or case.s, case.hq, case.d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(case.b, case.s, case.hkv, case.d, device="cuda", dtype=torch.bfloat16, generator=gen)
+            for _ in range(2))
+    cfg = mod.choose_config(q, k, case.causal)
+    if not (getattr(cfg, "gluon", False) and cfg.warp_specialize and not cfg.varlen and not cfg.persistent):
+        return None
+    tiles = case.b * case.hq * (q.shape[1] // cfg.block_m)
+    buf = torch.zeros(4 * tiles, dtype=torch.int64, device="cuda")
+    for _ in range(2):  # the first call compiles; the second is the one read
+        mod.attention(q, k, v, None, case.causal, config=cfg, timeline=buf)
+    torch.cuda.synchronize()
+    rec = [tuple(r) for r in buf.view(tiles, 4).tolist()]
+    return dict(case=case.name, impl=f"ours (default) timeline, {cfg.label()}", gpu=gpu, **timeline_summary(rec))
 
 
 def explore_configs(mod, case: Case, q, k) -> dict:
@@ -219,6 +266,8 @@ def main() -> int:
     p.add_argument("--explore", action="store_true", help="also time named configs of our kernel (see above)")
     p.add_argument("--anatomy", action="store_true", help="also split each implementation's time into key loop and "
                                                            "fixed cost (see above)")
+    p.add_argument("--timeline", action="store_true", help="also our default program's schedule on the plain head "
+                                                            "dim 128 cases (`attention(..., timeline=)`)")
     p.add_argument("--only", default="", help="comma-separated substrings of case names to run")
     p.add_argument("--out", type=Path, help="write one JSON row per (case, implementation) here")
     p.add_argument("--rounds", type=int, default=3, help="rounds over the implementations per case, median kept "
@@ -256,6 +305,18 @@ def main() -> int:
                 if sink:
                     sink.write("".join(json.dumps(r) + "\n" for r in rows))
                     sink.flush()
+        for case in [c for c in CASES if c.d == 128 and not (c.decode or c.softcap or c.sinks or c.window != (-1, -1))
+                     ] if args.timeline else []:
+            if only and not any(s in case.name for s in only):
+                continue
+            t = run_timeline(case, mod, gen, props.name)
+            if t is None:
+                continue
+            print(f"{t['case']:<40} timeline: {t['tiles']} tiles on {t['sms']} SMs, span {t['span_us']:.1f} us, busy "
+                  f"{t['busy']:.1%}, tail {t['tail_us']:.1f} us; tile = {t['tile_fixed_us']:.2f} + "
+                  f"{t['us_per_block']:.3f} us x key blocks (r2 {t['r2']:.3f})", flush=True)
+            if sink:
+                sink.write(json.dumps(t) + "\n")
         for fit in anatomy_fits(anatomy):
             print(f"{fit['case']:<40} {fit['impl']:<44} fixed {fit['fixed_us']:8.1f} us, loop {fit['loop_tfs']:6.0f} "
                   f"TF/s ({fit['us_per_1k_keys']:.1f} us per 1k keys, r2 {fit['r2']:.4f})", flush=True)

@@ -257,6 +257,12 @@ def _child() -> dict:
         except ValueError as err:
             exps[name] = str(err)
     out["exp_poly_refusals"] = exps
+    # attention(timeline=): a diagnostic of the dense warp-specialized Gluon program, refused with the reason elsewhere
+    try:
+        mod.attention(qb, kb, vb, None, True, timeline=torch.zeros(4096, dtype=torch.int64))
+        out["timeline_refusal"] = None
+    except ValueError as err:
+        out["timeline_refusal"] = str(err)
     return out
 
 
@@ -307,6 +313,11 @@ def test_p_pack_alu_is_refused_by_name_where_it_cannot_apply(interp):
     assert "p_pack_alu rounds P to bf16 (got float16)" in refused["varlen-fp16"], refused["varlen-fp16"]
     for name in ("varlen-bf16", "packed-bf16"):  # taken: refused only for the CPU (no Gluon; bf16 in the interpreter)
         assert "p_pack_alu" not in refused[name] and ("CUDA GPU" in refused[name] or "interpreter" in refused[name])
+
+
+def test_a_timeline_is_refused_where_the_warp_specialized_program_does_not_run(interp):
+    refused = interp["timeline_refusal"]
+    assert refused and "timeline= is a diagnostic of the dense warp-specialized Gluon program" in refused, refused
 
 
 def test_exp_poly_is_refused_by_name_where_no_program_takes_it(interp):

@@ -42,7 +42,8 @@ def _source(fn, sig, const):
 
 def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
                  ws: bool = False, persistent: bool = False, heads_in_rows: bool = False, joint: bool = False,
-                 sinks: bool = False, window: bool = False, lpt: bool = False, exp_poly: int = 0):
+                 sinks: bool = False, window: bool = False, lpt: bool = False, exp_poly: int = 0,
+                 timeline: bool = False):
     mod = _module()
     fn = mod.attention_fwd_sm90_wsp if persistent else mod.attention_fwd_sm90_ws if ws else mod.attention_fwd_sm90
     q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
@@ -61,6 +62,12 @@ def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: 
     # [B, H, S, D] tensors, descriptors over [B*H*S, D]; JOINT_RELEASE: the K/V release of TUNING.md step 12)
     const.update({k: v for k, v in (("HEADS_IN_ROWS", heads_in_rows), ("JOINT_RELEASE", joint), ("WINDOW", window),
                                     ("LPT", lpt), ("EXP_POLY", exp_poly)) if k in fn.arg_names})
+    if "Timeline" in fn.arg_names:  # the schedule's diagnostic buffer: None when off, as launched
+        const["TIMELINE"] = timeline
+        if timeline:
+            sig["Timeline"] = "*i64"
+        else:
+            const["Timeline"] = None
     if "Sinks" in fn.arg_names:  # the dense warp-specialized program's one model feature: None when off, as launched
         const["SINKS"] = sinks
         if sinks:
@@ -161,6 +168,21 @@ def test_exp_poly_moves_a_quarter_of_the_exponentials_to_the_fma_pipes_keeping_t
     ex2, ex2_plain = sass.count("MUFU.EX2"), plain.count("MUFU.EX2")
     assert 0.6 * ex2_plain < ex2 < 0.85 * ex2_plain, (ex2, ex2_plain)
     assert sass.count("FFMA") > plain.count("FFMA")  # the polynomial's three FMAs per moved exponential
+
+
+def test_the_timeline_stamps_each_tile_and_leaves_the_schedule_alone(tmp_path):
+    """`TIMELINE` (`attention(..., timeline=)`): the global timer read at the program's start and after its partitions
+    joined, the SM id, four 64-bit stores by one thread; the consumers' loop compiles as without it."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    kernel, sass, usage = compile_sm90(128, 128, 128, 4, 3, True, tmp_path, ws=True, timeline=True)
+    ptx = kernel.asm["ptx"]
+    assert ptx.count("%globaltimer") == 2 and ptx.count("%smid") == 1, ptx.count("%globaltimer")
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
+    assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
+    plain_kernel, plain, _ = compile_sm90(128, 128, 128, 4, 3, True, tmp_path, ws=True)
+    assert "%globaltimer" not in plain_kernel.asm["ptx"]
+    assert sass.count("HGMMA") == plain.count("HGMMA") and sass.count("MUFU.EX2") == plain.count("MUFU.EX2")
 
 
 def test_lpt_order_keeps_the_warp_specialized_schedule(tmp_path):

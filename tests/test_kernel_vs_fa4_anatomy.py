@@ -40,3 +40,15 @@ def test_an_implementation_with_too_few_timed_points_gets_no_line():
     for r in rows[2:]:
         r["us"] = None  # refused or failed
     assert bench.anatomy_fits(rows) == []
+
+
+def test_the_timeline_summary_reads_busy_tail_and_per_block_cost():
+    """Two SMs: SM 0 runs tiles of 1 and 3 key blocks back to back, SM 1 one tile of 2 blocks and then idles. A tile
+    costs 1 µs + 2 µs per block; the span is SM 0's 10 µs; SM 1 is done after 5 µs, so the tail is 5 µs and the busy
+    fraction (3 + 7 + 5) / (2 x 10)."""
+    us = 1000
+    rec = [(0, 3 * us, 0, 1), (3 * us, 10 * us, 0, 3), (0, 5 * us, 1, 2)]
+    t = bench.timeline_summary(rec)
+    assert t["tiles"] == 3 and t["sms"] == 2 and t["span_us"] == pytest.approx(10.0)
+    assert t["tail_us"] == pytest.approx(5.0) and t["busy"] == pytest.approx(15 / 20)
+    assert t["tile_fixed_us"] == pytest.approx(1.0) and t["us_per_block"] == pytest.approx(2.0)

@@ -3,7 +3,7 @@
 # every number made by attnprof: the kernel-level comparison on every shape of the FA4 issue, model features and
 # decode included (`benchmarks/kernel_vs_fa4_bench.py --explore`: CUDA-graph replays, L2 flushed, the median of 3
 # rounds, with the configs our defaults were chosen from; `--anatomy`: each implementation's key-loop rate and fixed
-# cost), the main job's tutorial workload and a long causal prefill
+# cost; `--timeline`: our schedule tile by tile), the main job's tutorial workload and a long causal prefill
 # (`stages`), a B·S = 16k causal sweep at head dim 128 (`bench`, against the measured ceilings), and FA4 through the
 # numerics gate (`verify`). Needs flash-attn-4 with its CuTe DSL runtime and `kernels` importable
 # (carried as wheels: scripts/gpu/run_all.sh installs .whl/; README.md here names them).
@@ -33,7 +33,7 @@ bench() {  # bench NAME ARGS...: one `attnprof bench` sweep at B·S = 16k, 16 he
 PARTS=" ${PARTS:-kernel stages bench verify} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 if part kernel; then
-timeout 420 python3 benchmarks/kernel_vs_fa4_bench.py --explore --anatomy --rounds 3 --out "$dest/kernel-vs-fa4.jsonl" \
+timeout 420 python3 benchmarks/kernel_vs_fa4_bench.py --explore --anatomy --timeline --rounds 3 --out "$dest/kernel-vs-fa4.jsonl" \
   > "$dest/kernel-vs-fa4.log" 2>&1
 echo "kernel_vs_fa4_bench exit=$?"; stamp kernel-vs-fa4
 fi

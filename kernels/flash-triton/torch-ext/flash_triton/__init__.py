@@ -292,7 +292,8 @@ def _feature_config(q, k, causal: bool, f: Features, plain: Config) -> Config:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
               causal: bool = False, *, config: Config | DecodeConfig | None = None, features: Features = PLAIN,
-              s_aux: torch.Tensor | None = None, _fp32_ok: bool = False) -> torch.Tensor:
+              s_aux: torch.Tensor | None = None, timeline: torch.Tensor | None = None,
+              _fp32_ok: bool = False) -> torch.Tensor:
     """`flash_attn_func` with an explicit launch `config` (for tuning). `[B, S, H, D]` in and out, any strides with a
     contiguous head dim, never copied: TMA (and the Gluon program) read contiguous tensors and `[B, S, H, D]` views of
     contiguous `[B, H, S, D]` ones (`tma_layout`), other strides go through pointer loads. The output has q's layout
@@ -300,7 +301,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
 
     The checks and the choice of program run once per call signature (shapes, strides, dtypes, alignment, mask,
     config; `_signature`) and are remembered: they were a third of a small call's host time. `features` (checked by
-    `_features.parse_features`) and the sinks `s_aux` `[Hq]` are flash-attn's softcap, window_size and s_aux."""
+    `_features.parse_features`) and the sinks `s_aux` `[Hq]` are flash-attn's softcap, window_size and s_aux.
+    `timeline`: a diagnostic of the schedule, for the dense warp-specialized Gluon program only (ValueError otherwise):
+    a contiguous int64 CUDA tensor of 4 x (its programs) elements, where each program writes (global timer ns at its
+    start, after its partitions joined, its SM, its key blocks) at 4 x its linear program id (`_gluon.py`)."""
     # _fp32_ok: only the interpreter's own bf16 path (below) runs float32 copies; callers cannot ask for it
     f = features
     if f is not PLAIN and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 4 == k.dim():
@@ -315,6 +319,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
             _PLANS[key] = plan
     kind = plan.kind
     b, sq, hq, d = q.shape
+    if timeline is not None:
+        _check_timeline(timeline, kind, plan.cfg, b * hq * (sq // max(getattr(plan.cfg, "block_m", 1), 1)))
     if kind == "empty":
         return torch.zeros((b, sq, hq, d), dtype=q.dtype, device=q.device)
     if kind == "decode":
@@ -337,9 +343,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         out = torch.empty_like(q)
     else:
         out = torch.empty_strided(plan.out_shape, plan.out_strides, dtype=q.dtype, device=q.device)
+    if timeline is not None:
+        lkey = None  # through Triton's binder: the plan's fast launch has no timeline
     if kind == "gluon":
         _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads", key=lkey, f=f,
-                      s_aux=s_aux)
+                      s_aux=s_aux, timeline=timeline)
         return out
     run = launcher(attention_fwd)
     grid = (cdiv(sq, cfg.block_m), b * hq)
@@ -398,8 +406,20 @@ def _gluon_programs() -> tuple:
     return attention_fwd_sm90, attention_fwd_sm90_ws, attention_fwd_sm90_wsp, attention_fwd_sm90_ws_varlen, tma_desc
 
 
+def _check_timeline(timeline, kind: str, cfg, programs: int) -> None:
+    """`attention(..., timeline=)`'s rules (ValueError with the reason)."""
+    if kind != "gluon" or not cfg.warp_specialize or cfg.varlen or cfg.persistent:
+        runs = cfg.label() if isinstance(cfg, Config) else f"the {kind} path"
+        raise ValueError(f"flash-triton attention: timeline= is a diagnostic of the dense warp-specialized Gluon "
+                         f"program; this call runs {runs}")
+    if timeline.dtype != torch.int64 or not timeline.is_contiguous() or timeline.numel() < 4 * programs:
+        raise ValueError(f"flash-triton attention: timeline= takes a contiguous int64 tensor of at least 4 x "
+                         f"{programs} elements (got {timeline.dtype}, {timeline.numel()})")
+
+
 def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, scale: float, causal: bool,
-                  cfg: Config, heads_in_rows: bool, key=None, f: Features = PLAIN, s_aux=None) -> None:
+                  cfg: Config, heads_in_rows: bool, key=None, f: Features = PLAIN, s_aux=None,
+                  timeline=None) -> None:
     """Launch the Gluon program `cfg` names; model features `f` (and the sinks `s_aux`) on the varlen one, a window
     and sinks on the one-warpgroup one, sinks alone on the dense warp-specialized one too. `cfg.lpt`: causal or
     windowed tiles in FlashAttention's LPT order (`_gluon.tile_order`), on a one-dimensional grid. A repeat call
@@ -447,8 +467,9 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     run = launcher(ws if cfg.warp_specialize else one_wg)
     grid = grid_of(sq // cfg.block_m)
     if cfg.warp_specialize:
-        rest = (scale2, hq, hq // hkv, sq, sk, s_aux, l2)
-        meta = {"JOINT_RELEASE": cfg.joint_release, "SINKS": f.sinks, "EXP_POLY": cfg.exp_poly}
+        rest = (scale2, hq, hq // hkv, sq, sk, s_aux, l2, timeline)
+        meta = {"JOINT_RELEASE": cfg.joint_release, "SINKS": f.sinks, "EXP_POLY": cfg.exp_poly,
+                "TIMELINE": timeline is not None}
     else:
         _, _, left, right = kernel_args(f, scale)
         rest = (scale2, hq, hq // hkv, sq, sk, l2, s_aux, left, right)

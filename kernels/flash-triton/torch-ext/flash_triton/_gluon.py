@@ -226,6 +226,18 @@ def tile_order(n_m, l2_heads, CAUSAL: gl.constexpr, LPT: gl.constexpr):
 
 
 @gluon.jit
+def _globaltimer(dep):
+    """The GPU's global nanosecond timer (`%globaltimer`); `dep` only orders the read (a timeline's stamps)."""
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [dep], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _smid(dep):
+    """The SM this program runs on (`%smid`)."""
+    return gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [dep], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _program_tile(H, GROUPS, SQ, SK, L2_HEADS, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
                   HEADS_IN_ROWS: gl.constexpr, LPT: gl.constexpr):
     """(m0, q_row, kv_row, q_col, kv_col, h) of this program's tile (`tile_order`; Sq a multiple of BLOCK_M); the TMA
@@ -492,19 +504,25 @@ def _ws_buffers(desc_q, desc_k, desc_v, HALF_M: gl.constexpr, HEAD_DIM: gl.const
 
 
 @gluon.jit
-def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK, Sinks, L2_HEADS,
+def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK, Sinks, L2_HEADS, Timeline,
                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                           HEADS_IN_ROWS: gl.constexpr = False, JOINT_RELEASE: gl.constexpr = False,
-                          SINKS: gl.constexpr = False, LPT: gl.constexpr = False, EXP_POLY: gl.constexpr = 0):
+                          SINKS: gl.constexpr = False, LPT: gl.constexpr = False, EXP_POLY: gl.constexpr = 0,
+                          TIMELINE: gl.constexpr = False):
     """grid = (Sq / BLOCK_M, B * H), with `LPT` (Sq / BLOCK_M * B * H,) (`tile_order`); BLOCK_M = 128 (two consumer
     warpgroups of 64 rows), num_warps = 4 (the default
     partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows.
     `HEADS_IN_ROWS`: as in `attention_fwd_sm90`. `JOINT_RELEASE`: a K/V stage is released once, after P·V (kept to
     measure against; TUNING.md step 13). `SINKS`: attention sinks (Sinks `[H]`, any float
     dtype; None without), the one model feature this program computes (`_features.py`). `EXP_POLY`: as in
-    `attention_fwd_sm90`."""
+    `attention_fwd_sm90`. `TIMELINE`: each program writes Timeline[4 * pid ...] (int64; pid = the launch's linear
+    program id) = the global timer (ns) at its start and after its consumers are done, its SM, its key blocks (a
+    diagnostic of the schedule: `attention(..., timeline=)`; None and off otherwise)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
+    if TIMELINE:
+        pid = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
+        t_start = _globaltimer(pid)
     m0, q_row, kv_row, q_col, kv_col, h = _program_tile(H, GROUPS, SQ, SK, L2_HEADS, HEAD_DIM, BLOCK_M, CAUSAL,
                                                         HEADS_IN_ROWS, LPT)
     if SINKS:  # the sink's logit (unscaled, natural units) in the softmax's log2 units
@@ -531,6 +549,12 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
         (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                         q_row, kv_row, q_col, kv_col, 0, n_blocks, SK, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
+    if TIMELINE:  # after the partitions joined
+        rec = Timeline + pid * 4
+        gl.store(rec, t_start)
+        gl.store(rec + 1, _globaltimer(n_blocks))
+        gl.store(rec + 2, _smid(n_blocks).to(gl.int64))
+        gl.store(rec + 3, n_blocks.to(gl.int64))
 
 
 # -----------------------------------------------------------------------------------------------------------------
