@@ -72,7 +72,8 @@ def _committed() -> list[Path]:
     found = []
     for f in sorted(RESULTS.rglob("*.json")):
         text = f.read_text(errors="replace")
-        if '"attnprof.serve/1"' in text[:200]:
+        # a run cut short keeps its rows in a `.partial.json` ("partial": true): no answer, no summary line to check
+        if '"attnprof.serve/1"' in text[:200] and not json.loads(text).get("partial"):
             found.append(f)
     return found
 
