@@ -179,6 +179,8 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     out = {}
     if getattr(cfg, "gluon", False) and case.causal:
         out[f"default {'without' if cfg.lpt else 'with'} lpt"] = dataclasses.replace(cfg, lpt=not cfg.lpt)
+        if cfg.warp_specialize and not cfg.varlen and not cfg.persistent:  # the unmasked blocks in a loop of their own
+            out["default split-mask"] = dataclasses.replace(cfg, split_mask=True)
     if getattr(cfg, "gluon", False) and not cfg.varlen and not cfg.persistent:
         # one score exponential in 4 (and at head dim 64, where the special-function unit's exponentials take as
         # long as the matmuls, in 2) as a polynomial on the FMA pipes

@@ -64,7 +64,9 @@ PATHS = {"default": None, "ptr": dict(block_m=128, block_n=64, num_warps=8, num_
          # one score exponential in 2 / 4 as a polynomial on the FMA pipes (`Config.exp_poly`)
          "gluon-exp-poly": dict(block_m=64, block_n=128, num_warps=4, num_stages=2, gluon=True, exp_poly=2),
          "gluon-ws-exp-poly": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True,
-                                   warp_specialize=True, exp_poly=4)}
+                                   warp_specialize=True, exp_poly=4),
+         "gluon-ws-split-mask": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True,
+                                     warp_specialize=True, split_mask=True)}
 
 
 def oracle_case(case: tuple, d: int):

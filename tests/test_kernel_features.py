@@ -251,7 +251,10 @@ def _child() -> dict:
     exps = {}
     for name, kw in (("triton", dict(exp_poly=4)), ("varlen", dict(ws, varlen=True, exp_poly=4)),
                      ("persistent", dict(ws, persistent=True, exp_poly=2)), ("value-3", dict(ws, exp_poly=3)),
-                     ("dense-ws", dict(ws, exp_poly=4)), ("one-wg", dict(block_m=64, block_n=128, gluon=True, exp_poly=2))):
+                     ("dense-ws", dict(ws, exp_poly=4)), ("one-wg", dict(block_m=64, block_n=128, gluon=True, exp_poly=2)),
+                     # Config.split_mask: the dense warp-specialized program's only
+                     ("split-one-wg", dict(block_m=64, block_n=128, gluon=True, split_mask=True)),
+                     ("split-varlen", dict(ws, varlen=True, split_mask=True)), ("split-ws", dict(ws, split_mask=True))):
         try:
             exps[name] = mod.Config(**kw).label()
         except ValueError as err:
@@ -326,6 +329,9 @@ def test_exp_poly_is_refused_by_name_where_no_program_takes_it(interp):
         assert "exp_poly is an option of the dense Gluon programs" in made[name], made[name]
     assert "exp_poly is 0" in made["value-3"] and "got 3" in made["value-3"], made["value-3"]
     assert made["dense-ws"].endswith("exp-poly/4") and made["one-wg"].endswith("exp-poly/2"), made
+    for name in ("split-one-wg", "split-varlen"):
+        assert "split_mask is an option of the dense warp-specialized Gluon program" in made[name], made[name]
+    assert made["split-ws"].endswith("split-mask"), made["split-ws"]
 
 
 def test_cap_poly_is_refused_by_name_where_it_cannot_apply(interp):

@@ -43,7 +43,7 @@ def _source(fn, sig, const):
 def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
                  ws: bool = False, persistent: bool = False, heads_in_rows: bool = False, joint: bool = False,
                  sinks: bool = False, window: bool = False, lpt: bool = False, exp_poly: int = 0,
-                 timeline: bool = False):
+                 timeline: bool = False, split_mask: bool = False):
     mod = _module()
     fn = mod.attention_fwd_sm90_wsp if persistent else mod.attention_fwd_sm90_ws if ws else mod.attention_fwd_sm90
     q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
@@ -61,7 +61,8 @@ def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: 
     # the programs' defaulted constexprs, as the launcher passes them (HEADS_IN_ROWS: [B, S, H, D] views of
     # [B, H, S, D] tensors, descriptors over [B*H*S, D]; JOINT_RELEASE: the K/V release of TUNING.md step 12)
     const.update({k: v for k, v in (("HEADS_IN_ROWS", heads_in_rows), ("JOINT_RELEASE", joint), ("WINDOW", window),
-                                    ("LPT", lpt), ("EXP_POLY", exp_poly)) if k in fn.arg_names})
+                                    ("LPT", lpt), ("EXP_POLY", exp_poly), ("SPLIT_MASK", split_mask))
+                  if k in fn.arg_names})
     if "Timeline" in fn.arg_names:  # the schedule's diagnostic buffer: None when off, as launched
         const["TIMELINE"] = timeline
         if timeline:
@@ -168,6 +169,17 @@ def test_exp_poly_moves_a_quarter_of_the_exponentials_to_the_fma_pipes_keeping_t
     ex2, ex2_plain = sass.count("MUFU.EX2"), plain.count("MUFU.EX2")
     assert 0.6 * ex2_plain < ex2 < 0.85 * ex2_plain, (ex2, ex2_plain)
     assert sass.count("FFMA") > plain.count("FFMA")  # the polynomial's three FMAs per moved exponential
+
+
+def test_split_mask_walks_the_unmasked_blocks_without_the_mask_test(tmp_path):
+    """`Config.split_mask` (causal): the key loop in two, the blocks every row sees whole with no mask test, then the
+    diagonal ones; each loop keeps the in-warpgroup overlap and the consumers spill nothing (the loop body twice)."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    kernel, sass, usage = compile_sm90(128, 128, 128, 4, 3, True, tmp_path, ws=True, split_mask=True)
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") >= 2 * compile_sm90(
+        128, 128, 128, 4, 3, True, tmp_path, ws=True)[1].count("WARPGROUP.DEPBAR.LE gsb0, 0x1")
+    assert "USETMAXREG" in sass and int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
 
 
 def test_the_timeline_stamps_each_tile_and_leaves_the_schedule_alone(tmp_path):

@@ -54,6 +54,8 @@ class Config:
     cap_poly: int = 0  # with cap_bound: one exponential in cap_poly (2, 4) as a polynomial on the FMA pipes (steps
     # 20, 22). A default softcap-alone call at head dims 80-128 takes cap_poly=4 and, in bf16, p_pack_alu
     # (`_features.softcap_switches`)
+    split_mask: bool = False  # the dense warp-specialized Gluon program's causal key loop in two: the blocks every
+    # row sees whole with no mask test, then the diagonal ones (TUNING.md step 28)
     exp_poly: int = 0  # the dense Gluon programs' online softmax: one score exponential in exp_poly (2, 4) as a
     # polynomial on the FMA pipes (at head dim 64 the special-function unit's exponentials take as long as the
     # matmuls; TUNING.md step 28)
@@ -65,6 +67,9 @@ class Config:
             raise ValueError(f"exp_poly is 0 (every exponential on the special-function unit), 2 or 4, got {self.exp_poly}")
         if self.exp_poly and not (self.gluon and not self.varlen and not self.persistent):
             raise ValueError("exp_poly is an option of the dense Gluon programs (gluon=True, not varlen or persistent)")
+        if self.split_mask and not (self.gluon and self.warp_specialize and not self.varlen and not self.persistent):
+            raise ValueError("split_mask is an option of the dense warp-specialized Gluon program (gluon=True, "
+                             "warp_specialize=True, not varlen or persistent)")
         if self.cap_poly and not (self.gluon and self.varlen and self.cap_bound):
             raise ValueError("cap_poly is an option of the varlen Gluon program's bounded softcap (gluon=True, "
                              "warp_specialize=True, varlen=True, cap_bound=True)")
@@ -76,7 +81,7 @@ class Config:
                 + (" persistent" if self.persistent else "") + (" varlen" if self.varlen else "")
                 + (" joint" if self.joint_release else "") + ("" if self.cap_bound else " online-max")
                 + (f" poly/{self.cap_poly}" if self.cap_poly else "") + (" alu-pack" if self.p_pack_alu else "")
-                + (f" exp-poly/{self.exp_poly}" if self.exp_poly else "")
+                + (f" exp-poly/{self.exp_poly}" if self.exp_poly else "") + (" split-mask" if self.split_mask else "")
                 + (" lpt" if self.lpt else ""))
 
 

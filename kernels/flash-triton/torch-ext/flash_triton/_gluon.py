@@ -422,15 +422,41 @@ def _ws_first_scores(q_tile, k_smem, q_bar, k_bar, m0, diag, n_blocks, s_layout:
 
 
 @gluon.jit
+def _ws_step(j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op, m_i, l_i, acc, qk_scale, full,
+             offs_m, offs_n, diag, rows_o: gl.constexpr, p_layout: gl.constexpr, BLOCK_N: gl.constexpr,
+             STAGES: gl.constexpr, CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, EXP_POLY: gl.constexpr):
+    """Key block j of `_ws_consumer`'s loop: S_j issued, P_{j-1}·V_{j-1} behind it, the softmax of S_j under that
+    matmul, then the rescale. `CAUSAL`: the block is tested against `full` and masked where it crosses the diagonal."""
+    dtype: gl.constexpr = q_tile.dtype
+    slot = j % STAGES
+    prev = (j - 1) % STAGES
+    mbarrier.wait(k_bar.index(slot), (j // STAGES) & 1)
+    s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+    s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
+    if not JOINT_RELEASE:
+        mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
+    s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
+    p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, POLY=EXP_POLY)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    mbarrier.arrive(v_empty.index(prev), count=1)  # ... and with block j-1's values
+    acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+    return p_op, m_i, l_i, acc
+
+
+@gluon.jit
 def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                  o_row, q_col, m0, diag, n_blocks, sink,
                  HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                 CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, SINKS: gl.constexpr, EXP_POLY: gl.constexpr = 0):
+                 CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, SINKS: gl.constexpr, EXP_POLY: gl.constexpr = 0,
+                 SPLIT_MASK: gl.constexpr = False):
     """64 rows of the tile (rows m0 ...), one warpgroup: the schedule of `attention_fwd_sm90`, with the stage
     released to the producer (`k_empty`, `v_empty`: `_ws_producer`) instead of refilled. Both halves walk the same
     `n_blocks` (the lower half's last blocks are fully masked for the upper half: probabilities 0, running max
     unchanged). `SINKS`: the sink's logit `sink` (log2 units) joins each row's denominator after the last block
-    (gpt-oss; every row here sees a key, so the running max is finite)."""
+    (gpt-oss; every row here sees a key, so the running max is finite). `SPLIT_MASK` (causal): the key loop in two,
+    the blocks before `full` with no mask test, then the diagonal ones (`Config.split_mask`)."""
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -446,21 +472,22 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
     p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, POLY=EXP_POLY)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
-    for j in range(1, n_blocks):
-        slot = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(k_bar.index(slot), (j // STAGES) & 1)
-        s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
-        acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-        s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
-        if not JOINT_RELEASE:
-            mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
-        s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-        p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, POLY=EXP_POLY)
-        acc = warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(v_empty.index(prev), count=1)  # ... and with block j-1's values
-        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+    if SPLIT_MASK:  # the blocks every row of this half sees whole, with no mask test, then the diagonal's (a
+        # constexpr alone: `SPLIT_MASK and CAUSAL` would not fold, and both forms would be compiled)
+        n_plain = gl.maximum(gl.minimum(full // BLOCK_N, n_blocks), 1)
+        for j in range(1, n_plain):
+            p_op, m_i, l_i, acc = _ws_step(j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
+                                           m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
+                                           BLOCK_N, STAGES, False, JOINT_RELEASE, EXP_POLY)
+        for j in range(n_plain, n_blocks):  # none when not causal (`full` is every key then)
+            p_op, m_i, l_i, acc = _ws_step(j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
+                                           m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
+                                           BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE, EXP_POLY)
+    else:  # one loop; under CAUSAL each block is tested against `full` and the diagonal's masked
+        for j in range(1, n_blocks):
+            p_op, m_i, l_i, acc = _ws_step(j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
+                                           m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
+                                           BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE, EXP_POLY)
 
     last = (n_blocks - 1) % STAGES
     mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
@@ -509,7 +536,7 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                           HEADS_IN_ROWS: gl.constexpr = False, JOINT_RELEASE: gl.constexpr = False,
                           SINKS: gl.constexpr = False, LPT: gl.constexpr = False, EXP_POLY: gl.constexpr = 0,
-                          TIMELINE: gl.constexpr = False):
+                          TIMELINE: gl.constexpr = False, SPLIT_MASK: gl.constexpr = False):
     """grid = (Sq / BLOCK_M, B * H), with `LPT` (Sq / BLOCK_M * B * H,) (`tile_order`); BLOCK_M = 128 (two consumer
     warpgroups of 64 rows), num_warps = 4 (the default
     partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows.
@@ -518,7 +545,8 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
     dtype; None without), the one model feature this program computes (`_features.py`). `EXP_POLY`: as in
     `attention_fwd_sm90`. `TIMELINE`: each program writes Timeline[4 * pid ...] (int64; pid = the launch's linear
     program id) = the global timer (ns) at its start and after its consumers are done, its SM, its key blocks (a
-    diagnostic of the schedule: `attention(..., timeline=)`; None and off otherwise)."""
+    diagnostic of the schedule: `attention(..., timeline=)`; None and off otherwise). `SPLIT_MASK`: as in
+    `_ws_consumer`."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     if TIMELINE:
         pid = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
@@ -542,10 +570,10 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
     gl.warp_specialize([
         (_ws_consumer, (desc_o, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                         q_row, q_col, m0, diag, n_blocks, sink, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
-                        JOINT_RELEASE, SINKS, EXP_POLY)),
+                        JOINT_RELEASE, SINKS, EXP_POLY, SPLIT_MASK)),
         (_ws_consumer, (desc_o, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                         q_row + HALF_M, q_col, m0 + HALF_M, diag, n_blocks, sink, HEAD_DIM, HALF_M, BLOCK_N,
-                        STAGES, CAUSAL, JOINT_RELEASE, SINKS, EXP_POLY)),
+                        STAGES, CAUSAL, JOINT_RELEASE, SINKS, EXP_POLY, SPLIT_MASK)),
         (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                         q_row, kv_row, q_col, kv_col, 0, n_blocks, SK, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
