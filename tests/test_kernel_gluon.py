@@ -40,10 +40,22 @@ def _source(fn, sig, const):
     return Source(fn, sig, {(names.index(k),): v for k, v in const.items()})
 
 
+_COMPILED: dict = {}  # the arguments of a compile -> (kernel, SASS, resource usage): several tests compare against
+# the same plain program, compiled once per session
+
+
 def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
-                 ws: bool = False, persistent: bool = False, heads_in_rows: bool = False, joint: bool = False,
-                 sinks: bool = False, window: bool = False, lpt: bool = False, exp_poly: int = 0,
-                 timeline: bool = False, split_mask: bool = False):
+                 **options):
+    key = (block_m, block_n, head_dim, warps, stages, causal, tuple(sorted(options.items())))
+    if key not in _COMPILED:
+        _COMPILED[key] = _compile_sm90(block_m, block_n, head_dim, warps, stages, causal, tmp, **options)
+    return _COMPILED[key]
+
+
+def _compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
+                  ws: bool = False, persistent: bool = False, heads_in_rows: bool = False, joint: bool = False,
+                  sinks: bool = False, window: bool = False, lpt: bool = False, exp_poly: int = 0,
+                  timeline: bool = False, split_mask: bool = False):
     mod = _module()
     fn = mod.attention_fwd_sm90_wsp if persistent else mod.attention_fwd_sm90_ws if ws else mod.attention_fwd_sm90
     q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
@@ -153,9 +165,8 @@ def test_one_warpgroup_program_takes_a_window_and_sinks_in_lpt_order_with_its_sc
     assert sass.count("ISETP") > plain.count("ISETP")  # the window's edges are compared
 
 
-@pytest.mark.parametrize("shape,ws", [((128, 128, 64, 4, 3, True), True), ((64, 128, 64, 4, 2, True), False),
-                                      ((128, 128, 128, 4, 3, False), True)],
-                         ids=["ws-d64-causal", "one-wg-d64-causal", "ws-d128-full"])
+@pytest.mark.parametrize("shape,ws", [((128, 128, 64, 4, 3, True), True), ((64, 128, 64, 4, 2, True), False)],
+                         ids=["ws-d64-causal", "one-wg-d64-causal"])
 def test_exp_poly_moves_a_quarter_of_the_exponentials_to_the_fma_pipes_keeping_the_schedule(shape, ws, tmp_path):
     """`Config.exp_poly=4` on the dense programs (the head-dim-64 defaults: one-warpgroup 64x128 below 8k keys, the
     warp-specialized one from 8k): one score exponential in four leaves the special-function unit (MUFU.EX2 down by
