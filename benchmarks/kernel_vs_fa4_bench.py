@@ -149,7 +149,7 @@ def run_timeline(case: Case, mod, gen, gpu: str) -> dict | None:
     k, v = (torch.randn(case.b, case.s, case.hkv, case.d, device="cuda", dtype=torch.bfloat16, generator=gen)
             for _ in range(2))
     cfg = mod.choose_config(q, k, case.causal)
-    if not (getattr(cfg, "gluon", False) and cfg.warp_specialize and not cfg.varlen and not cfg.persistent):
+    if not getattr(cfg, "dense_ws", False):  # a DecodeConfig has none
         return None
     tiles = case.b * case.hq * (q.shape[1] // cfg.block_m)
     buf = torch.zeros(4 * tiles, dtype=torch.int64, device="cuda")
@@ -165,7 +165,7 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     one-warpgroup program on 64x64 tiles with 2 and 3 stages and the warp-specialized varlen program; for plain
     calls the default program with `Config.lpt` switched the other way and with `Config.exp_poly` (4; at head dim 64
     also 2). The varlen program on 192-row tiles (three consumer warpgroups, FA4's head-dim-64 tile) was timed here
-    at 0.84-0.90x FA4 against the default's 0.89-0.91 (H100, git 6bb2a7f) and left out."""
+    at 0.84-0.90x FA4 against the default's 0.89-0.91 (H100, git 461b305) and left out."""
     if case.decode or case.softcap:
         return {}
     known = mod._config  # the kernel's own named configs
@@ -179,9 +179,9 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     out = {}
     if getattr(cfg, "gluon", False) and case.causal:
         out[f"default {'without' if cfg.lpt else 'with'} lpt"] = dataclasses.replace(cfg, lpt=not cfg.lpt)
-        if cfg.warp_specialize and not cfg.varlen and not cfg.persistent:  # the unmasked blocks in a loop of their own
+        if cfg.dense_ws:  # the unmasked blocks in a loop of their own
             out["default split-mask"] = dataclasses.replace(cfg, split_mask=True)
-    if getattr(cfg, "gluon", False) and not cfg.varlen and not cfg.persistent:
+    if getattr(cfg, "dense_gluon", False):
         # one score exponential in 4 (and at head dim 64, where the special-function unit's exponentials take as
         # long as the matmuls, in 2) as a polynomial on the FMA pipes
         for n in (4, 2) if case.d == 64 else (4,):

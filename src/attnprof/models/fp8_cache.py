@@ -107,12 +107,11 @@ class Fp8StaticLayer(StaticLayer):
         # cache: index_copy_ through a float8 -> uint8 view (there is no float8 index_copy_ on every device) made
         # inductor's CUDA graph write each step into a fresh copy of the whole cache and copy it back (3.2 + 1.5 ms per
         # step at batch 16 over 8k keys on an H100: the FP8 cache ran at 0.38x the bf16 one). `keys`/`values` are
-        # the FP8 views attention reads. v_keys: `v_bytes` is [B, Hkv, D, rows] and `values` its sliced, transposed view;
-        # each head-dim row starts on 16 bytes (the storage is `max_len` rounded up to 16 keys: the kernel's Vᵀ tiles
-        # come by 16-byte copies only when their row stride is a multiple of 16: over 8232-key rows serve's FP8 decode
-        # step took 2.2 ms of attention on the H100, where the head-dim-contiguous cache took 1.3 and the bf16 one 1.5)
-        # (`v_bytes` is the padded tensor itself, not a slice of it: the buffers compiled steps take and write stay
-        # whole graph inputs; `stored()` slices)
+        # the FP8 views attention reads. v_keys: `v_bytes` is [B, Hkv, D, rows] and `values` its sliced, transposed
+        # view; each head-dim row starts on 16 bytes (`max_len` rounded up to 16 keys: the kernel's Vᵀ tiles come by
+        # 16-byte copies only then). `v_bytes` is the padded tensor itself, not a slice of it, so the buffers a compiled
+        # step takes and writes stay whole graph inputs (handed over as a slice, the H100 copied the whole cache each
+        # step); `stored()` slices.
         self.k_bytes = torch.zeros(b, h, self.max_cache_len, d, dtype=torch.uint8, device=self.device)
         if self.v_keys:
             rows = -(-self.max_cache_len // 16) * 16

@@ -75,7 +75,8 @@ ACCEPTS_STRIDED = True  # any batch/seq/head strides with a contiguous head dim:
 MODEL_FEATURES = ("softcap", "window_size", "s_aux")  # flash-attn's arguments computed as flash-attn does (_features)
 # flash_attn_with_kvcache reads a dense FP8 v_cache stored with the keys contiguous (`_kvcache.v_keys`: Vᵀ tiles, no
 # byte-wise gather of the value tile; 1.03-1.07x the head-dim-contiguous FP8 cache on an H100): a caller's FP8 cache
-# may store V so (attnprof's `Fp8StaticCache(v_keys=True)` does when it sees this)
+# may store V so (attnprof's `Fp8StaticCache(v_keys=True)` can; its `serve` keeps V head-dim-contiguous, measured
+# faster end to end)
 FP8_V_KEYS_CONTIGUOUS = True
 __all__ = ["FP8_HEAD_DIMS", "fp8_attention", "MODEL_FEATURES", "FP8_V_KEYS_CONTIGUOUS", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "attention", "varlen_attention",
            "kvcache_attention", "Config", "DecodeConfig", "DEFAULT_FP8_DECODE", "default_config", "choose_config", "check_inputs",
@@ -320,7 +321,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     kind = plan.kind
     b, sq, hq, d = q.shape
     if timeline is not None:
-        _check_timeline(timeline, kind, plan.cfg, b * hq * (sq // max(getattr(plan.cfg, "block_m", 1), 1)))
+        _check_timeline(timeline, kind, plan.cfg, b * hq, sq)
     if kind == "empty":
         return torch.zeros((b, sq, hq, d), dtype=q.dtype, device=q.device)
     if kind == "decode":
@@ -335,7 +336,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
                         _fp32_ok=True)
         return out.to(torch.bfloat16)
     layout = plan.layout
-    lkey = None if key is None else plan.serial  # not cached (no signature): every launch through Triton's binder
+    # not cached (no signature), or with a timeline (the plan's fast launch has none): every launch through Triton's binder
+    lkey = None if key is None or timeline is not None else plan.serial
     sk, hkv = k.shape[1], k.shape[2]
     scale = d ** -0.5 if softmax_scale is None else float(softmax_scale)
     # the output takes q's layout when q is a view of [B, H, S, D] (no copy on the way back to PyTorch's layout)
@@ -343,8 +345,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         out = torch.empty_like(q)
     else:
         out = torch.empty_strided(plan.out_shape, plan.out_strides, dtype=q.dtype, device=q.device)
-    if timeline is not None:
-        lkey = None  # through Triton's binder: the plan's fast launch has no timeline
     if kind == "gluon":
         _launch_gluon(q, k, v, out, scale, bool(causal), cfg, heads_in_rows=layout == "heads", key=lkey, f=f,
                       s_aux=s_aux, timeline=timeline)
@@ -406,12 +406,14 @@ def _gluon_programs() -> tuple:
     return attention_fwd_sm90, attention_fwd_sm90_ws, attention_fwd_sm90_wsp, attention_fwd_sm90_ws_varlen, tma_desc
 
 
-def _check_timeline(timeline, kind: str, cfg, programs: int) -> None:
-    """`attention(..., timeline=)`'s rules (ValueError with the reason)."""
-    if kind != "gluon" or not cfg.warp_specialize or cfg.varlen or cfg.persistent:
+def _check_timeline(timeline, kind: str, cfg, heads: int, sq: int) -> None:
+    """`attention(..., timeline=)`'s rules (ValueError with the reason); `heads` B x Hq, one program per `block_m`
+    queries of each."""
+    if kind != "gluon" or not cfg.dense_ws:
         runs = cfg.label() if isinstance(cfg, Config) else f"the {kind} path"
         raise ValueError(f"flash-triton attention: timeline= is a diagnostic of the dense warp-specialized Gluon "
                          f"program; this call runs {runs}")
+    programs = heads * (sq // cfg.block_m)
     if timeline.dtype != torch.int64 or not timeline.is_contiguous() or timeline.numel() < 4 * programs:
         raise ValueError(f"flash-triton attention: timeline= takes a contiguous int64 tensor of at least 4 x "
                          f"{programs} elements (got {timeline.dtype}, {timeline.numel()})")

@@ -65,14 +65,24 @@ class Config:
             raise ValueError(f"cap_poly is 0 (every exponential on the special-function unit), 2 or 4, got {self.cap_poly}")
         if self.exp_poly not in (0, 2, 4):
             raise ValueError(f"exp_poly is 0 (every exponential on the special-function unit), 2 or 4, got {self.exp_poly}")
-        if self.exp_poly and not (self.gluon and not self.varlen and not self.persistent):
+        if self.exp_poly and not self.dense_gluon:
             raise ValueError("exp_poly is an option of the dense Gluon programs (gluon=True, not varlen or persistent)")
-        if self.split_mask and not (self.gluon and self.warp_specialize and not self.varlen and not self.persistent):
+        if self.split_mask and not self.dense_ws:
             raise ValueError("split_mask is an option of the dense warp-specialized Gluon program (gluon=True, "
                              "warp_specialize=True, not varlen or persistent)")
         if self.cap_poly and not (self.gluon and self.varlen and self.cap_bound):
             raise ValueError("cap_poly is an option of the varlen Gluon program's bounded softcap (gluon=True, "
                              "warp_specialize=True, varlen=True, cap_bound=True)")
+
+    @property
+    def dense_gluon(self) -> bool:
+        """A dense Gluon program: the one-warpgroup or the warp-specialized one, neither varlen nor persistent."""
+        return self.gluon and not self.varlen and not self.persistent
+
+    @property
+    def dense_ws(self) -> bool:
+        """The dense warp-specialized Gluon program (`_gluon.attention_fwd_sm90_ws`)."""
+        return self.dense_gluon and self.warp_specialize
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages} {'tma' if self.use_tma else 'ptr'}"

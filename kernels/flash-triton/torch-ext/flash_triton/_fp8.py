@@ -207,8 +207,8 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
     `out_dtype`. ValueError with the reason for anything it does not take. `program`: "triton" (this module's
     program, the tile arguments apply), "gluon" (the warp-specialized sm_90 program of `_gluon_fp8.py`, FlashAttention-3
     style; ValueError with the reason where it cannot run) or "auto" (that one where it can run, else the Triton
-    program; the default: on an H100 the Gluon program passed its CUDA oracle tests and ran 1.07-1.08x the bf16 kernel
-    at 8k-16k causal head dim 128, where this one ran 0.91-0.99x, docs/results/kernel-fp8-prefill). The tile
+    program; the default: on an H100 the Gluon program passed its CUDA oracle tests and ran 0.99-1.08x the bf16 kernel
+    at 8k-16k causal head dim 128 in two runs, where this one ran 0.91-1.02x, docs/results/kernel-fp8-prefill). The tile
     arguments apply to the Triton program only; `exp_poly` (2, 4: one score exponential in that many on the FMA
     pipes, TUNING.md step 28) to the Gluon program only, and is refused where that one does not run."""
     if program not in ("triton", "gluon", "auto"):
