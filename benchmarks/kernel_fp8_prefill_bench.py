@@ -71,10 +71,11 @@ def run(seq: int, tokens: int, hq: int, hkv: int, d: int, mod, rounds: int, gen,
              # the default: the warp-specialized Gluon program (`_gluon_fp8.py`) where it runs, else the Triton one
              "ours fp8": lambda: mod.flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
                                                      v_descale=vd),
-             # the Gluon program with one exponential in 4 (2) on the FMA pipes (TUNING.md step 28)
-             **{f"ours fp8 exp-poly/{n}": (lambda n=n: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd,
-                                                                        k_descale=kd, v_descale=vd, exp_poly=n))
-                for n in (4, 2)},
+             # the Gluon program with one exponential in 2 on the FMA pipes, or none (the default: one in 4,
+             # `_fp8.FP8_EXP_POLY`; TUNING.md step 29)
+             **{name: (lambda n=n: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
+                                                     v_descale=vd, exp_poly=n))
+                for name, n in (("ours fp8 exp-poly/2", 2), ("ours fp8 exp-poly off", 0))},
              "ours fp8 triton": lambda: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
                                                           v_descale=vd, program="triton"),
              # v kept with the keys contiguous, as the Triton program reads it: the call without its transposing copy

@@ -215,6 +215,8 @@ def test_fp8_attention_takes_a_program_and_refuses_gluon_with_the_reason():
             fp8.fp8_attention(q, q, q, exp_poly=4)
         with pytest.raises(ValueError, match="exp_poly is an option of the Gluon FP8 program.*triton"):
             fp8.fp8_attention(q, q, q, exp_poly=2, program="triton")
+        # its default (None: `FP8_EXP_POLY` on the Gluon program) and 0 (off) ask nothing of the Triton program
+        assert torch.equal(fp8.fp8_attention(q, q, q, exp_poly=0), fp8.fp8_attention(q, q, q))
     with pytest.raises(ValueError, match="exp_poly is 0, 2 or 4"):
         fp8.fp8_attention(q, q, q, exp_poly=3)
     assert fp8._gluon_problem(q, q, q, False) is not None

@@ -200,21 +200,29 @@ def _gluon_problem(q, k, v, causal) -> str | None:
     return gluon_fp8_supported(q, k, v, bool(causal))
 
 
+# The Gluon FP8 program's default: one score exponential in 4 on the FMA pipes. In FP8 the tensor cores take half
+# bf16's time per key block and the exponentials (MUFU) the same, so they bound the loop; on an H100 (TUNING.md step
+# 29, docs/results/kernel-fp8-prefill/fp8-prefill-exp-poly.log) causal head dim 128 went 1.08 / 1.01 / 1.08x -> 1.14 /
+# 1.13 / 1.29x the bf16 kernel at 4k / 8k / 16k (one in 2: 1.07 / 1.07 / 1.18x), within the same oracle bound
+FP8_EXP_POLY = 4
+
+
 def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None,
                   out_dtype=torch.bfloat16, *, block_m: int = 128, block_n: int = 64, num_warps: int = 4,
-                  num_stages: int = 3, program: str = "auto", exp_poly: int = 0):
+                  num_stages: int = 3, program: str = "auto", exp_poly: int | None = None):
     """Attention of e4m3 q `[B, Sq, Hq, D]` over e4m3 k/v `[B, Sk, Hkv, D]` with descales; `[B, Sq, Hq, D]` in
     `out_dtype`. ValueError with the reason for anything it does not take. `program`: "triton" (this module's
     program, the tile arguments apply), "gluon" (the warp-specialized sm_90 program of `_gluon_fp8.py`, FlashAttention-3
     style; ValueError with the reason where it cannot run) or "auto" (that one where it can run, else the Triton
-    program; the default: on an H100 the Gluon program passed its CUDA oracle tests and ran 0.99-1.08x the bf16 kernel
-    at 8k-16k causal head dim 128 in two runs, where this one ran 0.91-1.02x, docs/results/kernel-fp8-prefill). The tile
-    arguments apply to the Triton program only; `exp_poly` (2, 4: one score exponential in that many on the FMA
-    pipes, TUNING.md step 28) to the Gluon program only, and is refused where that one does not run."""
+    program; the default: on an H100 the Gluon program passed its CUDA oracle tests and ran 1.13-1.29x the bf16 kernel
+    at 4k-16k causal head dim 128 with `FP8_EXP_POLY`, where this one ran 1.00-1.03x, docs/results/kernel-fp8-prefill). The tile
+    arguments apply to the Triton program only. `exp_poly` (0, 2, 4: one score exponential in that many on the FMA
+    pipes) applies to the Gluon program only; None (the default) is `FP8_EXP_POLY` there and nothing on the Triton
+    program; 2 or 4 given is refused where the Gluon program does not run (0, off, means nothing there)."""
     if program not in ("triton", "gluon", "auto"):
         raise ValueError(f"flash-triton flash_attn_func (FP8): program must be 'triton', 'gluon' or 'auto', got "
                          f"{program!r}")
-    if exp_poly not in (0, 2, 4):
+    if exp_poly not in (None, 0, 2, 4):
         raise ValueError(f"flash-triton flash_attn_func (FP8): exp_poly is 0, 2 or 4, got {exp_poly}")
     if problem := fp8_problem(q, k, v, q_descale, k_descale, v_descale, out_dtype):
         raise ValueError(f"flash-triton flash_attn_func (FP8): {problem}")
@@ -236,7 +244,8 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
     if gluon:  # it transposes v itself (`_gluon_fp8.permuted_vt`)
         from ._gluon_fp8 import gluon_fp8_attention
 
-        gluon_fp8_attention(q, k, v, out, q_descale, k_descale, v_descale, scale, bool(causal), exp_poly=exp_poly)
+        gluon_fp8_attention(q, k, v, out, q_descale, k_descale, v_descale, scale, bool(causal),
+                            exp_poly=FP8_EXP_POLY if exp_poly is None else exp_poly)
         return out
     descales = (q_descale, k_descale, v_descale)
     one = torch.ones(1, dtype=torch.float32, device=q.device) if any(t is None for t in descales) else None
