@@ -163,9 +163,10 @@ def run_timeline(case: Case, mod, gen, gpu: str) -> dict | None:
 def explore_configs(mod, case: Case, q, k) -> dict:
     """Named configs of our kernel to time beside its default on this case (`--explore`): for windows the
     one-warpgroup program on 64x64 tiles with 2 and 3 stages and the warp-specialized varlen program; for plain
-    calls the default program with `Config.lpt` switched the other way and with `Config.exp_poly` (4; at head dim 64
-    also 2). The varlen program on 192-row tiles (three consumer warpgroups, FA4's head-dim-64 tile) was timed here
-    at 0.84-0.90x FA4 against the default's 0.89-0.91 (H100, git 461b305) and left out."""
+    calls the default program with `Config.lpt` switched the other way and its persistent form (one CTA per SM
+    walking a longest-first tile plan, `_plan.py`). Left out after they lost on an H100 (TUNING.md steps 28-29): the
+    varlen program on 192-row tiles (0.84-0.90x FA4 against the default's 0.89-0.91, git 461b305), `Config.exp_poly`
+    (0.80-0.98x the default in bf16 at every shape, git 5fd04a1) and `Config.split_mask` (0.93-1.00x)."""
     if case.decode or case.softcap:
         return {}
     known = mod._config  # the kernel's own named configs
@@ -179,13 +180,8 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     out = {}
     if getattr(cfg, "gluon", False) and case.causal:
         out[f"default {'without' if cfg.lpt else 'with'} lpt"] = dataclasses.replace(cfg, lpt=not cfg.lpt)
-        if cfg.dense_ws:  # the unmasked blocks in a loop of their own
-            out["default split-mask"] = dataclasses.replace(cfg, split_mask=True)
-    if getattr(cfg, "dense_gluon", False):
-        # one score exponential in 4 (and at head dim 64, where the special-function unit's exponentials take as
-        # long as the matmuls, in 2) as a polynomial on the FMA pipes
-        for n in (4, 2) if case.d == 64 else (4,):
-            out[f"default exp-poly/{n}"] = dataclasses.replace(cfg, exp_poly=n)
+    if getattr(cfg, "dense_ws", False) and case.d in (64, 128):  # the forms the persistent program takes
+        out["default persistent"] = dataclasses.replace(cfg, persistent=True, lpt=False)
     return out
 
 

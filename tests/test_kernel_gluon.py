@@ -66,8 +66,8 @@ def _compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages:
 
     sig = {n: "i32" for n in fn.arg_names}
     args = dict(desc_q=desc(q_rows), desc_o=desc(q_rows), desc_k=desc(block_n), desc_v=desc(block_n),
-                qk_scale="fp32", O="*bf16")
-    sig.update({k: v for k, v in args.items() if k in sig})  # the persistent form stores O through a pointer
+                qk_scale="fp32", O="*bf16", Plan="*i32")
+    sig.update({k: v for k, v in args.items() if k in sig})  # the persistent form: O through a pointer, its tile plan
     const = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal,
                  num_warps=warps)
     # the programs' defaulted constexprs, as the launcher passes them (HEADS_IN_ROWS: [B, S, H, D] views of

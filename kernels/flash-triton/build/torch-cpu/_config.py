@@ -40,7 +40,8 @@ class Config:
     lazy_rescale: bool = False  # skip the accumulator rescale until a row max grew by > 8 (FlashAttention-4)
     gluon: bool = False  # the hand-scheduled sm_90 program in `_gluon.py` (block_m = 16 * num_warps, TMA always);
     # with warp_specialize: its two-consumer-warpgroup form (block_m 128, num_warps 4, plus a TMA producer warp)
-    persistent: bool = False  # that form with one CTA per SM walking the tiles (the producer runs into the next tile)
+    persistent: bool = False  # that form with one CTA per SM walking a longest-first tile plan (`_plan.py`; the
+    # producer runs into the next tile)
     varlen: bool = False  # a dense call through that form's varlen program (`_gluon_varlen.py`): any lengths, the
     # sequence ends masked (the dense Gluon programs need lengths that are multiples of the tile)
     joint_release: bool = False  # a K/V stage refilled only after both its K and V were used (the default releases

@@ -422,21 +422,27 @@ def _ws_first_scores(q_tile, k_smem, q_bar, k_bar, m0, diag, n_blocks, s_layout:
 
 
 @gluon.jit
-def _ws_step(j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op, m_i, l_i, acc, qk_scale, full,
-             offs_m, offs_n, diag, rows_o: gl.constexpr, p_layout: gl.constexpr, BLOCK_N: gl.constexpr,
-             STAGES: gl.constexpr, CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, EXP_POLY: gl.constexpr):
+def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op, m_i, l_i, acc, qk_scale,
+             full, offs_m, offs_n, diag, rows_o: gl.constexpr, p_layout: gl.constexpr, BLOCK_N: gl.constexpr,
+             STAGES: gl.constexpr, CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, EXP_POLY: gl.constexpr,
+             q_empty=None, q_done=False, RELEASE_Q: gl.constexpr = False):
     """Key block j of `_ws_consumer`'s loop: S_j issued, P_{j-1}·V_{j-1} behind it, the softmax of S_j under that
-    matmul, then the rescale. `CAUSAL`: the block is tested against `full` and masked where it crosses the diagonal."""
+    matmul, then the rescale. `ring`: the block's number in the K/V ring (its stage and phase; j in a program of one
+    tile, the key blocks of the tiles before plus j in the persistent one). `CAUSAL`: the block is tested against
+    `full` and masked where it crosses the diagonal. `RELEASE_Q` (persistent): once S_j is done, `q_empty` is
+    arrived on if `q_done` (this was the tile's last QKᵀ: the producer may load the next tile's Q)."""
     dtype: gl.constexpr = q_tile.dtype
-    slot = j % STAGES
-    prev = (j - 1) % STAGES
-    mbarrier.wait(k_bar.index(slot), (j // STAGES) & 1)
+    slot = ring % STAGES
+    prev = (ring - 1) % STAGES
+    mbarrier.wait(k_bar.index(slot), (ring // STAGES) & 1)
     s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
+    mbarrier.wait(v_bar.index(prev), ((ring - 1) // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
     s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
     if not JOINT_RELEASE:
         mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
+    if RELEASE_Q:
+        mbarrier.arrive(q_empty, count=1, pred=q_done)
     s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
     p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, POLY=EXP_POLY)
     acc = warpgroup_mma_wait(0, deps=[acc])
@@ -476,16 +482,16 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
         # constexpr alone: `SPLIT_MASK and CAUSAL` would not fold, and both forms would be compiled)
         n_plain = gl.maximum(gl.minimum(full // BLOCK_N, n_blocks), 1)
         for j in range(1, n_plain):
-            p_op, m_i, l_i, acc = _ws_step(j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
+            p_op, m_i, l_i, acc = _ws_step(j, j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
                                            m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
                                            BLOCK_N, STAGES, False, JOINT_RELEASE, EXP_POLY)
         for j in range(n_plain, n_blocks):  # none when not causal (`full` is every key then)
-            p_op, m_i, l_i, acc = _ws_step(j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
+            p_op, m_i, l_i, acc = _ws_step(j, j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
                                            m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
                                            BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE, EXP_POLY)
     else:  # one loop; under CAUSAL each block is tested against `full` and the diagonal's masked
         for j in range(1, n_blocks):
-            p_op, m_i, l_i, acc = _ws_step(j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
+            p_op, m_i, l_i, acc = _ws_step(j, j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
                                            m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
                                            BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE, EXP_POLY)
 
@@ -586,60 +592,61 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# Persistent form of the warp-specialized program: one CTA per SM walks tiles `pid, pid + grid, ...` (head-major,
-# heaviest causal tile of each head first, the order the non-persistent launch has). The producer runs ahead into
-# the next tile: its K/V stages load while the consumers finish the last blocks of this one, and its Q loads as
-# soon as both consumers' last QKᵀ of this tile is done (they release Q then, and store O from registers instead of
-# staging it in Q's buffer). Stage and phase bookkeeping runs on a counter of key blocks across tiles.
+# Persistent form of the warp-specialized program: one CTA per SM walks the tiles the host's plan gives it
+# (`_plan.lpt_plan`: longest first, balanced across the CTAs, in sections of heads whose K/V fit in L2), so no tile
+# waits on a new CTA's start and each tile's prologue runs under the last one's end: the producer loads the next
+# tile's K/V stages while the consumers finish this one, and its Q as soon as both consumers' last QKᵀ of this tile is
+# done (they release Q then, and store O from registers instead of staging it in Q's buffer). The key loop is the
+# dense program's (`_ws_step`, K and V released apart), on a ring counter of key blocks across tiles. The plan:
+# Plan[p], Plan[p + 1] bound CTA p's entries in Plan[grid + 1:], each a tile `off_bh * n_m + start_m`.
 # -----------------------------------------------------------------------------------------------------------------
 @gluon.jit
-def _tile(tile, n_m, SK, SQ, H, GROUPS, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """(q_row, kv_row, q_col, kv_col, m0, n_blocks) of tile number `tile`."""
+def _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """(q_row, kv_row, h, hk, m0, n_blocks) of the plan's entry i (`[B*S, H*D]` coordinates: a head is a column block)."""
+    tile = gl.load(Plan + gl.num_programs(0) + 1 + i)
     off_bh = tile // n_m
-    mi = tile % n_m
-    if CAUSAL:
-        start_m = n_m - 1 - mi
-    else:
-        start_m = mi
     b = off_bh // H
     h = off_bh % H
-    m0 = start_m * BLOCK_M
+    m0 = (tile % n_m) * BLOCK_M
     if CAUSAL:
         end = gl.minimum(m0 + BLOCK_M + SK - SQ, SK)
     else:
         end = SK
-    return b * SQ + m0, b * SK, h, (h // GROUPS), m0, gl.cdiv(end, BLOCK_N)
+    return b * SQ + m0, b * SK, h, h // GROUPS, m0, gl.cdiv(end, BLOCK_N)
 
 
 @gluon.jit
-def _wsp_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, kv_empty,
-                  n_tiles, n_m, SQ, SK, H, GROUPS,
-                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr):
+def _wsp_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty, v_empty,
+                  Plan, n_m, SQ, SK, H, GROUPS, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     HALF_M: gl.constexpr = BLOCK_M // 2
-    it = 0
-    t = 0
-    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        q_row, kv_row, h, hk, m0, n_blocks = _tile(tile, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
-        if t > 0:  # both consumers are past their last QKᵀ of the previous tile
-            mbarrier.wait(q_empty, (t - 1) & 1)
+    lo = gl.load(Plan + gl.program_id(0))
+    hi = gl.load(Plan + gl.program_id(0) + 1)
+    ring = 0
+    for i in range(lo, hi):
+        q_row, kv_row, h, hk, m0, n_blocks = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
+        if i > lo:  # both consumers are past their last QKᵀ of the previous tile
+            mbarrier.wait(q_empty, (i - lo - 1) & 1)
         mbarrier.expect(q_bar, 2 * desc_q.block_type.nbytes)
         _tma_load(desc_q, [q_row, h * HEAD_DIM], q_bar, q_smem.index(0))
         _tma_load(desc_q, [q_row + HALF_M, h * HEAD_DIM], q_bar, q_smem.index(1))
         for j in range(n_blocks):
-            slot = it % STAGES
-            if it >= STAGES:
-                mbarrier.wait(kv_empty.index(slot), ((it // STAGES) - 1) & 1)
-            _load_kv(desc_k, desc_v, k_smem, v_smem, k_bar, v_bar, slot, j, kv_row, hk * HEAD_DIM, True, BLOCK_N)
-            it += 1
-        t += 1
+            r = ring + j
+            slot = r % STAGES
+            if r >= STAGES:  # as `_ws_producer`: K and V of a stage refilled apart, each once both consumers let go
+                mbarrier.wait(k_empty.index(slot), ((r // STAGES) - 1) & 1)
+            _tma_fill(desc_k, k_bar.index(slot), k_smem.index(slot), kv_row + j * BLOCK_N, hk * HEAD_DIM)
+            if r >= STAGES:
+                mbarrier.wait(v_empty.index(slot), ((r // STAGES) - 1) & 1)
+            _tma_fill(desc_v, v_bar.index(slot), v_smem.index(slot), kv_row + j * BLOCK_N, hk * HEAD_DIM)
+        ring += n_blocks
 
 
 @gluon.jit
-def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, kv_empty, qk_scale,
-                  n_tiles, n_m, SQ, SK, H, GROUPS, HALF: gl.constexpr,
-                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr):
+def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty, v_empty, qk_scale,
+                  Plan, n_m, SQ, SK, H, GROUPS, HALF: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Rows HALF * 64 ... of each of this CTA's tiles: `_ws_consumer`'s schedule tile after tile."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -651,81 +658,64 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     zero_s = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
     diag = SK - SQ
-    it = 0
-    t = 0
-    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        q_row, kv_row, h, hk, m0, n_blocks = _tile(tile, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
+    lo = gl.load(Plan + gl.program_id(0))
+    hi = gl.load(Plan + gl.program_id(0) + 1)
+    ring = 0
+    for i in range(lo, hi):
+        q_row, kv_row, h, hk, m0, n_blocks = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
         m0 = m0 + HALF * HALF_M
         if CAUSAL:
             full = gl.minimum(m0 + diag + 1, n_blocks * BLOCK_N) // BLOCK_N * BLOCK_N
         else:
             full = n_blocks * BLOCK_N
         offs_m = m0 + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
-
-        mbarrier.wait(q_bar, t & 1)
-        mbarrier.wait(k_bar.index(it % STAGES), (it // STAGES) & 1)
-        s = warpgroup_mma(q_tile, k_smem.index(it % STAGES).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        slot = ring % STAGES
+        mbarrier.wait(q_bar, (i - lo) & 1)
+        mbarrier.wait(k_bar.index(slot), (ring // STAGES) & 1)
+        s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         s = warpgroup_mma_wait(0, deps=[s])
+        mbarrier.arrive(k_empty.index(slot), count=1)
         mbarrier.arrive(q_empty, count=1, pred=n_blocks == 1)  # that was this tile's last QKᵀ
         s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
         p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout)
         acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
         for j in range(1, n_blocks):
-            cur = it + j
-            slot = cur % STAGES
-            prev = (cur - 1) % STAGES
-            mbarrier.wait(k_bar.index(slot), (cur // STAGES) & 1)
-            s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            mbarrier.wait(v_bar.index(prev), ((cur - 1) // STAGES) & 1)
-            acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-            s = warpgroup_mma_wait(1, deps=[s])
-            mbarrier.arrive(q_empty, count=1, pred=j == n_blocks - 1)
-            s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-            p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            mbarrier.arrive(kv_empty.index(prev), count=1)
-            acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
-        last = it + n_blocks - 1
+            p_op, m_i, l_i, acc = _ws_step(j, ring + j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty,
+                                           zero_s, p_op, m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o,
+                                           p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, q_empty,
+                                           j == n_blocks - 1, True)
+        last = ring + n_blocks - 1
         mbarrier.wait(v_bar.index(last % STAGES), (last // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(kv_empty.index(last % STAGES), count=1)
+        mbarrier.arrive(v_empty.index(last % STAGES), count=1)
         out = (acc / gl.convert_layout(l_i, rows_o)[:, None]).to(dtype)
         rows = q_row + HALF * HALF_M + gl.arange(0, HALF_M, layout=rows_o)
         cols = h * HEAD_DIM + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
         gl.store(O + rows.to(gl.int64)[:, None] * stride_os + cols[None, :], out)
-        it += n_blocks
-        t += 1
+        ring += n_blocks
 
 
 @gluon.jit
-def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, SQ, SK, n_tiles,
+def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, SQ, SK, Plan,
                            HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
-    """grid = (min(tiles, SMs),); tiles = Sq / BLOCK_M * B * H; O is `[B*Sq, H*D]` with row stride `stride_os`."""
+    """grid = (CTAs,) with the plan `Plan` (int32, `_plan.lpt_plan` for that many CTAs); O is `[B*Sq, H*D]` with row
+    stride `stride_os`; Sq a multiple of BLOCK_M, Sk of BLOCK_N (`gluon_unsupported`)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
-    dtype: gl.constexpr = desc_q.dtype
     n_m = SQ // BLOCK_M
     CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
-    q_smem = gl.allocate_shared_memory(dtype, [2, HALF_M, HEAD_DIM], desc_q.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_k.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], desc_v.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty = _ws_buffers(
+        desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, False)
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_bar = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
     mbarrier.init(q_empty, count=2)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_bar.index(i), count=1)
-        mbarrier.init(v_bar.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=2)
     gl.warp_specialize([
-        (_wsp_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, kv_empty,
-                         qk_scale, n_tiles, n_m, SQ, SK, H, GROUPS, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
-        (_wsp_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, kv_empty,
-                         qk_scale, n_tiles, n_m, SQ, SK, H, GROUPS, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
-        (_wsp_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, kv_empty,
-                         n_tiles, n_m, SQ, SK, H, GROUPS, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+        (_wsp_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
+                         v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES,
+                         CAUSAL)),
+        (_wsp_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
+                         v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES,
+                         CAUSAL)),
+        (_wsp_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
+                         v_empty, Plan, n_m, SQ, SK, H, GROUPS, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, 24])

@@ -67,6 +67,7 @@ from ._fp8 import FP8_HEAD_DIMS, fp8_attention
 from ._kernel import attention_fwd
 from ._kvcache import flash_attn_with_kvcache, kvcache_attention
 from ._launch import fast_launch_problem, launcher, rebase
+from ._plan import plan_tensor
 from ._splits import DEFAULT_FP8 as DEFAULT_FP8_DECODE
 from ._splits import DecodeConfig, cdiv, sm_count
 from ._varlen import flash_attn_varlen_func, gluon_feature_args, gluon_varlen_unsupported, varlen_attention
@@ -453,11 +454,14 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
                  num_warps=cfg.num_warps, DENSE=True, HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=d,
                  JOINT_RELEASE=cfg.joint_release, **varlen_gluon_meta(f, cfg), LPT=lpt))
         return
-    if cfg.persistent:
-        tiles = sq // cfg.block_m * b * hq
+    if cfg.persistent:  # one CTA per SM, each walking the tiles of its plan (`_plan.lpt_plan`)
+        n_m = sq // cfg.block_m
+        ctas = min(n_m * b * hq, sm_count(q.device))
+        plan = plan_tensor(q.device, n_m, b * hq, ctas, sq, sk, cfg.block_m, cfg.block_n, causal,
+                           l2_heads(sk, d, q.element_size(), b * hq))
         run = launcher(wsp)
-        grid = (min(tiles, sm_count(q.device)),)
-        rest = (out, hq * d, scale2, hq, hq // hkv, sq, sk, tiles)
+        grid = (ctas,)
+        rest = (out, hq * d, scale2, hq, hq // hkv, sq, sk, plan)
         if run.launch_bases(key, grid, (q, k, v, *rest)):
             return
         dq, dk, dv = _descs(key, (q, k, v), lambda: (
