@@ -142,22 +142,26 @@ def timeline_summary(rec: list[tuple[int, int, int, int]]) -> dict:
                 tail_us=(end - min(last.values())) / 1e3, tile_fixed_us=fixed, us_per_block=slope, r2=r2)
 
 
-def run_timeline(case: Case, mod, gen, gpu: str) -> dict | None:
-    """Our default program on `case` with a timeline (`attention(..., timeline=)`), after a warm-up call: its
-    schedule summarised (`timeline_summary`). None where the default is not the dense warp-specialized program."""
+def run_timeline(case: Case, mod, gen, gpu: str, persistent: bool = False) -> dict | None:
+    """Our default program on `case` (`persistent`: its persistent form, one record per tile of the CTAs' plans) with
+    a timeline (`attention(..., timeline=)`), after a warm-up call: its schedule summarised (`timeline_summary`).
+    None where the default is not the dense warp-specialized program."""
     q = torch.randn(case.b, case.sq or case.s, case.hq, case.d, device="cuda", dtype=torch.bfloat16, generator=gen)
     k, v = (torch.randn(case.b, case.s, case.hkv, case.d, device="cuda", dtype=torch.bfloat16, generator=gen)
             for _ in range(2))
     cfg = mod.choose_config(q, k, case.causal)
     if not getattr(cfg, "dense_ws", False):  # a DecodeConfig has none
         return None
+    name = "ours (default)"
+    if persistent:
+        cfg, name = dataclasses.replace(cfg, persistent=True, lpt=False), "ours default persistent"
     tiles = case.b * case.hq * (q.shape[1] // cfg.block_m)
     buf = torch.zeros(4 * tiles, dtype=torch.int64, device="cuda")
     for _ in range(2):  # the first call compiles; the second is the one read
         mod.attention(q, k, v, None, case.causal, config=cfg, timeline=buf)
     torch.cuda.synchronize()
     rec = [tuple(r) for r in buf.view(tiles, 4).tolist()]
-    return dict(case=case.name, impl=f"ours (default) timeline, {cfg.label()}", gpu=gpu, **timeline_summary(rec))
+    return dict(case=case.name, impl=f"{name} timeline, {cfg.label()}", gpu=gpu, **timeline_summary(rec))
 
 
 def explore_configs(mod, case: Case, q, k) -> dict:
@@ -265,7 +269,8 @@ def main() -> int:
     p.add_argument("--anatomy", action="store_true", help="also split each implementation's time into key loop and "
                                                            "fixed cost (see above)")
     p.add_argument("--timeline", action="store_true", help="also our default program's schedule on the plain head "
-                                                            "dim 128 cases (`attention(..., timeline=)`)")
+                                                            "dim 128 cases (`attention(..., timeline=)`; with "
+                                                            "--explore its persistent form's too)")
     p.add_argument("--only", default="", help="comma-separated substrings of case names to run")
     p.add_argument("--out", type=Path, help="write one JSON row per (case, implementation) here")
     p.add_argument("--rounds", type=int, default=3, help="rounds over the implementations per case, median kept "
@@ -307,14 +312,16 @@ def main() -> int:
                      ] if args.timeline else []:
             if only and not any(s in case.name for s in only):
                 continue
-            t = run_timeline(case, mod, gen, props.name)
-            if t is None:
-                continue
-            print(f"{t['case']:<40} timeline: {t['tiles']} tiles on {t['sms']} SMs, span {t['span_us']:.1f} us, busy "
-                  f"{t['busy']:.1%}, tail {t['tail_us']:.1f} us; tile = {t['tile_fixed_us']:.2f} + "
-                  f"{t['us_per_block']:.3f} us x key blocks (r2 {t['r2']:.3f})", flush=True)
-            if sink:
-                sink.write(json.dumps(t) + "\n")
+            for persistent in (False, True) if args.explore else (False,):  # with --explore its persistent form too
+                t = run_timeline(case, mod, gen, props.name, persistent)
+                if t is None:
+                    continue
+                print(f"{t['case']:<40} {'persistent ' if persistent else ''}timeline: {t['tiles']} tiles on "
+                      f"{t['sms']} SMs, span {t['span_us']:.1f} us, busy {t['busy']:.1%}, tail {t['tail_us']:.1f} us; "
+                      f"tile = {t['tile_fixed_us']:.2f} + {t['us_per_block']:.3f} us x key blocks (r2 {t['r2']:.3f})",
+                      flush=True)
+                if sink:
+                    sink.write(json.dumps(t) + "\n")
         for fit in anatomy_fits(anatomy):
             print(f"{fit['case']:<40} {fit['impl']:<44} fixed {fit['fixed_us']:8.1f} us, loop {fit['loop_tfs']:6.0f} "
                   f"TF/s ({fit['us_per_1k_keys']:.1f} us per 1k keys, r2 {fit['r2']:.4f})", flush=True)

@@ -318,14 +318,16 @@ def test_timing_replays_a_captured_call(mod):
         assert t.method == "cuda-graph", (mod.choose_config(q, k, causal).label(), t.method)
 
 
-def test_the_timeline_records_every_tile_and_changes_nothing(mod):
-    """`attention(..., timeline=)` on the dense warp-specialized program: the same output bit for bit, and one record
-    per tile: start before end, an SM of this GPU, the key blocks its causal rows reach (tile i of 128 rows: i + 1)."""
+@pytest.mark.parametrize("path", ["gluon-ws-lpt", "gluon-wsp"])
+def test_the_timeline_records_every_tile_and_changes_nothing(mod, path):
+    """`attention(..., timeline=)` on the dense warp-specialized program and its persistent form: the same output bit
+    for bit, and one record per tile: start before end, an SM of this GPU, the key blocks its causal rows reach (tile
+    i of 128 rows: i + 1)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon programs are sm_90 only")
     gen = torch.Generator(device="cuda").manual_seed(3)
     q, k, v = (torch.randn(2, 1024, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
-    cfg = mod.Config(**PATHS["gluon-ws-lpt"])
+    cfg = mod.Config(**PATHS[path])
     tiles = 2 * 4 * (1024 // 128)
     timeline = torch.zeros(4 * tiles, dtype=torch.int64, device="cuda")
     out = mod.attention(q, k, v, None, True, config=cfg, timeline=timeline)

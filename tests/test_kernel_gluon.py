@@ -208,6 +208,22 @@ def test_the_timeline_stamps_each_tile_and_leaves_the_schedule_alone(tmp_path):
     assert sass.count("HGMMA") == plain.count("HGMMA") and sass.count("MUFU.EX2") == plain.count("MUFU.EX2")
 
 
+def test_the_persistent_programs_timeline_stamps_each_tile_and_leaves_the_schedule_alone(tmp_path):
+    """The persistent form's `TIMELINE`: the timer read before each tile's Q is waited for and after its O is stored,
+    the SM id (written by consumer 0); the schedule, the register handoff and the matmul and exponential counts as
+    without it."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    kernel, sass, usage = compile_sm90(128, 128, 128, 4, 3, True, tmp_path, ws=True, persistent=True, timeline=True)
+    ptx = kernel.asm["ptx"]
+    assert ptx.count("%globaltimer") >= 2 and ptx.count("%smid") == 1, ptx.count("%globaltimer")
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
+    assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
+    plain_kernel, plain, _ = compile_sm90(128, 128, 128, 4, 3, True, tmp_path, ws=True, persistent=True)
+    assert "%globaltimer" not in plain_kernel.asm["ptx"]
+    assert sass.count("HGMMA") == plain.count("HGMMA") and sass.count("MUFU.EX2") == plain.count("MUFU.EX2")
+
+
 def test_lpt_order_keeps_the_warp_specialized_schedule(tmp_path):
     """`Config.lpt` reorders the tiles on a one-dimensional grid; the consumers' schedule and register budget stay."""
     if not (BIN / "nvdisasm").exists():

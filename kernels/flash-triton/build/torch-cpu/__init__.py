@@ -304,9 +304,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     The checks and the choice of program run once per call signature (shapes, strides, dtypes, alignment, mask,
     config; `_signature`) and are remembered: they were a third of a small call's host time. `features` (checked by
     `_features.parse_features`) and the sinks `s_aux` `[Hq]` are flash-attn's softcap, window_size and s_aux.
-    `timeline`: a diagnostic of the schedule, for the dense warp-specialized Gluon program only (ValueError otherwise):
-    a contiguous int64 CUDA tensor of 4 x (its programs) elements, where each program writes (global timer ns at its
-    start, after its partitions joined, its SM, its key blocks) at 4 x its linear program id (`_gluon.py`)."""
+    `timeline`: a diagnostic of the schedule, for the dense warp-specialized Gluon program and its persistent form only
+    (ValueError otherwise): a contiguous int64 CUDA tensor of 4 x (its tiles) elements, where each tile writes (global
+    timer ns at its start, at its end, its SM, its key blocks) at 4 x its number: the program's linear id, or in the
+    persistent form `off_bh * n_m + start_m` (`_gluon.py`)."""
     # _fp32_ok: only the interpreter's own bf16 path (below) runs float32 copies; callers cannot ask for it
     f = features
     if f is not PLAIN and isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 4 == k.dim():
@@ -410,10 +411,10 @@ def _gluon_programs() -> tuple:
 def _check_timeline(timeline, kind: str, cfg, heads: int, sq: int) -> None:
     """`attention(..., timeline=)`'s rules (ValueError with the reason); `heads` B x Hq, one program per `block_m`
     queries of each."""
-    if kind != "gluon" or not cfg.dense_ws:
+    if kind != "gluon" or not (cfg.dense_ws or (cfg.persistent and cfg.warp_specialize)):
         runs = cfg.label() if isinstance(cfg, Config) else f"the {kind} path"
         raise ValueError(f"flash-triton attention: timeline= is a diagnostic of the dense warp-specialized Gluon "
-                         f"program; this call runs {runs}")
+                         f"program and its persistent form; this call runs {runs}")
     programs = heads * (sq // cfg.block_m)
     if timeline.dtype != torch.int64 or not timeline.is_contiguous() or timeline.numel() < 4 * programs:
         raise ValueError(f"flash-triton attention: timeline= takes a contiguous int64 tensor of at least 4 x "
@@ -461,14 +462,14 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
                            l2_heads(sk, d, q.element_size(), b * hq))
         run = launcher(wsp)
         grid = (ctas,)
-        rest = (out, hq * d, scale2, hq, hq // hkv, sq, sk, plan)
+        rest = (out, hq * d, scale2, hq, hq // hkv, sq, sk, plan, timeline)
         if run.launch_bases(key, grid, (q, k, v, *rest)):
             return
         dq, dk, dv = _descs(key, (q, k, v), lambda: (
             tma_desc(q, cfg.block_m // 2, False), tma_desc(k, cfg.block_n, False), tma_desc(v, cfg.block_n, False)))
         run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-                 num_warps=cfg.num_warps))
+                 num_warps=cfg.num_warps, TIMELINE=timeline is not None))
         return
     run = launcher(ws if cfg.warp_specialize else one_wg)
     grid = grid_of(sq // cfg.block_m)

@@ -602,7 +602,8 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
 # -----------------------------------------------------------------------------------------------------------------
 @gluon.jit
 def _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """(q_row, kv_row, h, hk, m0, n_blocks) of the plan's entry i (`[B*S, H*D]` coordinates: a head is a column block)."""
+    """(q_row, kv_row, h, hk, m0, n_blocks, tile) of the plan's entry i (`[B*S, H*D]` coordinates: a head is a column
+    block; `tile` its number, `off_bh * n_m + start_m`)."""
     tile = gl.load(Plan + gl.num_programs(0) + 1 + i)
     off_bh = tile // n_m
     b = off_bh // H
@@ -612,7 +613,7 @@ def _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL: gl.constexpr, BLOCK_M: g
         end = gl.minimum(m0 + BLOCK_M + SK - SQ, SK)
     else:
         end = SK
-    return b * SQ + m0, b * SK, h, h // GROUPS, m0, gl.cdiv(end, BLOCK_N)
+    return b * SQ + m0, b * SK, h, h // GROUPS, m0, gl.cdiv(end, BLOCK_N), tile
 
 
 @gluon.jit
@@ -624,7 +625,7 @@ def _wsp_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty
     hi = gl.load(Plan + gl.program_id(0) + 1)
     ring = 0
     for i in range(lo, hi):
-        q_row, kv_row, h, hk, m0, n_blocks = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
+        q_row, kv_row, h, hk, m0, n_blocks, tile = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
         if i > lo:  # both consumers are past their last QKᵀ of the previous tile
             mbarrier.wait(q_empty, (i - lo - 1) & 1)
         mbarrier.expect(q_bar, 2 * desc_q.block_type.nbytes)
@@ -644,9 +645,12 @@ def _wsp_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty
 
 @gluon.jit
 def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty, v_empty, qk_scale,
-                  Plan, n_m, SQ, SK, H, GROUPS, HALF: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    """Rows HALF * 64 ... of each of this CTA's tiles: `_ws_consumer`'s schedule tile after tile."""
+                  Plan, n_m, SQ, SK, H, GROUPS, Timeline, HALF: gl.constexpr, HEAD_DIM: gl.constexpr,
+                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  TIMELINE: gl.constexpr):
+    """Rows HALF * 64 ... of each of this CTA's tiles: `_ws_consumer`'s schedule tile after tile. `TIMELINE` (consumer
+    0 writes it): Timeline[4 * tile ...] = the global timer before the tile's Q is waited for and after its O is
+    stored, the SM, the key blocks (`attention_fwd_sm90_ws`'s records, one per tile instead of one per program)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -662,7 +666,7 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
     hi = gl.load(Plan + gl.program_id(0) + 1)
     ring = 0
     for i in range(lo, hi):
-        q_row, kv_row, h, hk, m0, n_blocks = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
+        q_row, kv_row, h, hk, m0, n_blocks, tile = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
         m0 = m0 + HALF * HALF_M
         if CAUSAL:
             full = gl.minimum(m0 + diag + 1, n_blocks * BLOCK_N) // BLOCK_N * BLOCK_N
@@ -670,6 +674,8 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
             full = n_blocks * BLOCK_N
         offs_m = m0 + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
         slot = ring % STAGES
+        if TIMELINE:
+            t_start = _globaltimer(tile)
         mbarrier.wait(q_bar, (i - lo) & 1)
         mbarrier.wait(k_bar.index(slot), (ring // STAGES) & 1)
         s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -693,15 +699,23 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
         rows = q_row + HALF * HALF_M + gl.arange(0, HALF_M, layout=rows_o)
         cols = h * HEAD_DIM + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
         gl.store(O + rows.to(gl.int64)[:, None] * stride_os + cols[None, :], out)
+        if TIMELINE and HALF == 0:
+            rec = Timeline + tile * 4
+            gl.store(rec, t_start)
+            gl.store(rec + 1, _globaltimer(n_blocks))
+            gl.store(rec + 2, _smid(n_blocks).to(gl.int64))
+            gl.store(rec + 3, n_blocks.to(gl.int64))
         ring += n_blocks
 
 
 @gluon.jit
-def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, SQ, SK, Plan,
+def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, SQ, SK, Plan, Timeline,
                            HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
+                           TIMELINE: gl.constexpr = False):
     """grid = (CTAs,) with the plan `Plan` (int32, `_plan.lpt_plan` for that many CTAs); O is `[B*Sq, H*D]` with row
-    stride `stride_os`; Sq a multiple of BLOCK_M, Sk of BLOCK_N (`gluon_unsupported`)."""
+    stride `stride_os`; Sq a multiple of BLOCK_M, Sk of BLOCK_N (`gluon_unsupported`). `TIMELINE`: a record per tile
+    in `Timeline` (`_wsp_consumer`; None and off otherwise)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     n_m = SQ // BLOCK_M
     CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
@@ -711,11 +725,11 @@ def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GR
     mbarrier.init(q_empty, count=2)
     gl.warp_specialize([
         (_wsp_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
-                         v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL)),
+                         v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, Timeline, 0, HEAD_DIM, BLOCK_M,
+                         BLOCK_N, STAGES, CAUSAL, TIMELINE)),
         (_wsp_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
-                         v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES,
-                         CAUSAL)),
+                         v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, Timeline, 1, HEAD_DIM, BLOCK_M,
+                         BLOCK_N, STAGES, CAUSAL, TIMELINE)),
         (_wsp_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, Plan, n_m, SQ, SK, H, GROUPS, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, 24])
