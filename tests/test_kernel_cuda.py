@@ -169,15 +169,16 @@ def test_lpt_order_with_a_partial_l2_section_matches_oracle(mod, path, monkeypat
 def test_the_persistent_program_walks_many_tiles_per_cta_in_its_plan(mod, causal, d, monkeypatch):
     """`Config.persistent`: 2 x 16 x 2k is 512 tiles of 1-16 key blocks, several per CTA in its plan
     (`_plan.lpt_plan`), the K/V ring's stages and phases carried from tile to tile, with GQA and L2 sections of 8 of
-    the 32 (batch, head)s: every tile computed once, within the oracle bound."""
+    the 32 (batch, head)s, in both layouts: every tile computed once, within the oracle bound."""
     s = 2048
     monkeypatch.setattr(mod._config, "L2_BYTES", 8 * s * 2 * d * 2)
     inputs, ref, eager = oracle_case((2, 16, 4, s, s, causal), d)
-    q, k, v = both_layouts(inputs)[0][1]  # the persistent program reads [B, S, H, D]-contiguous tensors
     assert mod.l2_heads(s, d, 2, 32) == 8
-    out = mod.attention(q, k, v, inputs.scale, causal, config=mod.Config(**PATHS["gluon-wsp"])).transpose(1, 2)
-    err, base = rel_err(out, ref), rel_err(eager, ref)
-    assert err <= 2 * base, f"kernel error {err:.3g} > 2 x eager error {base:.3g}"
+    for layout, (q, k, v) in both_layouts(inputs):
+        out = mod.attention(q, k, v, inputs.scale, causal, config=mod.Config(**PATHS["gluon-wsp"]))
+        assert out.transpose(1, 2).is_contiguous() == (layout == "heads")  # q's layout
+        err, base = rel_err(out.transpose(1, 2), ref), rel_err(eager, ref)
+        assert err <= 2 * base, f"{layout}: kernel error {err:.3g} > 2 x eager error {base:.3g}"
 
 
 @pytest.mark.parametrize("d", [80, 96, 256])

@@ -211,15 +211,18 @@ def test_the_timeline_stamps_each_tile_and_leaves_the_schedule_alone(tmp_path):
 def test_the_persistent_programs_timeline_stamps_each_tile_and_leaves_the_schedule_alone(tmp_path):
     """The persistent form's `TIMELINE`: the timer read before each tile's Q is waited for and after its O is stored,
     the SM id (written by consumer 0); the schedule, the register handoff and the matmul and exponential counts as
-    without it."""
+    without it. In the head-major layout (`HEADS_IN_ROWS`: `[B, S, H, D]` views of `[B, H, S, D]` tensors, what the
+    `kernel` variant hands over), which the persistent form reads too."""
     if not (BIN / "nvdisasm").exists():
         pytest.skip("this Triton wheel ships no nvdisasm")
-    kernel, sass, usage = compile_sm90(128, 128, 128, 4, 3, True, tmp_path, ws=True, persistent=True, timeline=True)
+    kernel, sass, usage = compile_sm90(128, 128, 128, 4, 3, True, tmp_path, ws=True, persistent=True, timeline=True,
+                                       heads_in_rows=True)
     ptx = kernel.asm["ptx"]
     assert ptx.count("%globaltimer") >= 2 and ptx.count("%smid") == 1, ptx.count("%globaltimer")
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass and "USETMAXREG" in sass
     assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
-    plain_kernel, plain, _ = compile_sm90(128, 128, 128, 4, 3, True, tmp_path, ws=True, persistent=True)
+    plain_kernel, plain, _ = compile_sm90(128, 128, 128, 4, 3, True, tmp_path, ws=True, persistent=True,
+                                          heads_in_rows=True)
     assert "%globaltimer" not in plain_kernel.asm["ptx"]
     assert sass.count("HGMMA") == plain.count("HGMMA") and sass.count("MUFU.EX2") == plain.count("MUFU.EX2")
 

@@ -112,8 +112,6 @@ def gluon_unsupported(q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: Confi
     if layout is None:
         return ("the Gluon program reads q, k, v through TMA as contiguous [B, S, H, D] tensors or as [B, S, H, D] "
                 "views of contiguous [B, H, S, D] ones (these have other strides)")
-    if cfg.persistent and layout == "heads":
-        return "the persistent Gluon program reads [B, S, H, D]-contiguous tensors only (these are [B, H, S, D] views)"
     major, minor = torch.cuda.get_device_capability(q.device)
     if (major, minor) != (9, 0):
         return f"the Gluon program uses wgmma, which only sm_90 has (this GPU is sm_{major}{minor})"
@@ -462,14 +460,15 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
                            l2_heads(sk, d, q.element_size(), b * hq))
         run = launcher(wsp)
         grid = (ctas,)
-        rest = (out, hq * d, scale2, hq, hq // hkv, sq, sk, plan, timeline)
+        rest = (out, d if heads_in_rows else hq * d, scale2, hq, hq // hkv, sq, sk, plan, timeline)
         if run.launch_bases(key, grid, (q, k, v, *rest)):
             return
         dq, dk, dv = _descs(key, (q, k, v), lambda: (
-            tma_desc(q, cfg.block_m // 2, False), tma_desc(k, cfg.block_n, False), tma_desc(v, cfg.block_n, False)))
+            tma_desc(q, cfg.block_m // 2, heads_in_rows), tma_desc(k, cfg.block_n, heads_in_rows),
+            tma_desc(v, cfg.block_n, heads_in_rows)))
         run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-                 num_warps=cfg.num_warps, TIMELINE=timeline is not None))
+                 num_warps=cfg.num_warps, TIMELINE=timeline is not None, HEADS_IN_ROWS=heads_in_rows))
         return
     run = launcher(ws if cfg.warp_specialize else one_wg)
     grid = grid_of(sq // cfg.block_m)

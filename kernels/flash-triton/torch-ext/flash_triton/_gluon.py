@@ -601,45 +601,52 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
 # Plan[p], Plan[p + 1] bound CTA p's entries in Plan[grid + 1:], each a tile `off_bh * n_m + start_m`.
 # -----------------------------------------------------------------------------------------------------------------
 @gluon.jit
-def _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """(q_row, kv_row, h, hk, m0, n_blocks, tile) of the plan's entry i (`[B*S, H*D]` coordinates: a head is a column
-    block; `tile` its number, `off_bh * n_m + start_m`)."""
+def _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
+               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEADS_IN_ROWS: gl.constexpr):
+    """(q_row, kv_row, q_col, kv_col, m0, n_blocks, tile) of the plan's entry i: TMA coordinates in `[B*S, H*D]` (a
+    head is a column block) or, with `HEADS_IN_ROWS`, `[B*H*S, D]` (as `_program_tile`); `tile` its number,
+    `off_bh * n_m + start_m`."""
     tile = gl.load(Plan + gl.num_programs(0) + 1 + i)
     off_bh = tile // n_m
     b = off_bh // H
     h = off_bh % H
+    hk = h // GROUPS
     m0 = (tile % n_m) * BLOCK_M
     if CAUSAL:
         end = gl.minimum(m0 + BLOCK_M + SK - SQ, SK)
     else:
         end = SK
-    return b * SQ + m0, b * SK, h, h // GROUPS, m0, gl.cdiv(end, BLOCK_N), tile
+    if HEADS_IN_ROWS:
+        return (b * H + h) * SQ + m0, (b * (H // GROUPS) + hk) * SK, 0, 0, m0, gl.cdiv(end, BLOCK_N), tile
+    else:
+        return b * SQ + m0, b * SK, h * HEAD_DIM, hk * HEAD_DIM, m0, gl.cdiv(end, BLOCK_N), tile
 
 
 @gluon.jit
 def _wsp_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty, v_empty,
                   Plan, n_m, SQ, SK, H, GROUPS, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HEADS_IN_ROWS: gl.constexpr):
     HALF_M: gl.constexpr = BLOCK_M // 2
     lo = gl.load(Plan + gl.program_id(0))
     hi = gl.load(Plan + gl.program_id(0) + 1)
     ring = 0
     for i in range(lo, hi):
-        q_row, kv_row, h, hk, m0, n_blocks, tile = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
+        q_row, kv_row, q_col, kv_col, m0, n_blocks, tile = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, HEAD_DIM,
+                                                                      CAUSAL, BLOCK_M, BLOCK_N, HEADS_IN_ROWS)
         if i > lo:  # both consumers are past their last QKᵀ of the previous tile
             mbarrier.wait(q_empty, (i - lo - 1) & 1)
         mbarrier.expect(q_bar, 2 * desc_q.block_type.nbytes)
-        _tma_load(desc_q, [q_row, h * HEAD_DIM], q_bar, q_smem.index(0))
-        _tma_load(desc_q, [q_row + HALF_M, h * HEAD_DIM], q_bar, q_smem.index(1))
+        _tma_load(desc_q, [q_row, q_col], q_bar, q_smem.index(0))
+        _tma_load(desc_q, [q_row + HALF_M, q_col], q_bar, q_smem.index(1))
         for j in range(n_blocks):
             r = ring + j
             slot = r % STAGES
             if r >= STAGES:  # as `_ws_producer`: K and V of a stage refilled apart, each once both consumers let go
                 mbarrier.wait(k_empty.index(slot), ((r // STAGES) - 1) & 1)
-            _tma_fill(desc_k, k_bar.index(slot), k_smem.index(slot), kv_row + j * BLOCK_N, hk * HEAD_DIM)
+            _tma_fill(desc_k, k_bar.index(slot), k_smem.index(slot), kv_row + j * BLOCK_N, kv_col)
             if r >= STAGES:
                 mbarrier.wait(v_empty.index(slot), ((r // STAGES) - 1) & 1)
-            _tma_fill(desc_v, v_bar.index(slot), v_smem.index(slot), kv_row + j * BLOCK_N, hk * HEAD_DIM)
+            _tma_fill(desc_v, v_bar.index(slot), v_smem.index(slot), kv_row + j * BLOCK_N, kv_col)
         ring += n_blocks
 
 
@@ -647,7 +654,7 @@ def _wsp_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty
 def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty, v_empty, qk_scale,
                   Plan, n_m, SQ, SK, H, GROUPS, Timeline, HALF: gl.constexpr, HEAD_DIM: gl.constexpr,
                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  TIMELINE: gl.constexpr):
+                  TIMELINE: gl.constexpr, HEADS_IN_ROWS: gl.constexpr):
     """Rows HALF * 64 ... of each of this CTA's tiles: `_ws_consumer`'s schedule tile after tile. `TIMELINE` (consumer
     0 writes it): Timeline[4 * tile ...] = the global timer before the tile's Q is waited for and after its O is
     stored, the SM, the key blocks (`attention_fwd_sm90_ws`'s records, one per tile instead of one per program)."""
@@ -666,7 +673,8 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
     hi = gl.load(Plan + gl.program_id(0) + 1)
     ring = 0
     for i in range(lo, hi):
-        q_row, kv_row, h, hk, m0, n_blocks, tile = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, CAUSAL, BLOCK_M, BLOCK_N)
+        q_row, kv_row, q_col, kv_col, m0, n_blocks, tile = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, HEAD_DIM,
+                                                                      CAUSAL, BLOCK_M, BLOCK_N, HEADS_IN_ROWS)
         m0 = m0 + HALF * HALF_M
         if CAUSAL:
             full = gl.minimum(m0 + diag + 1, n_blocks * BLOCK_N) // BLOCK_N * BLOCK_N
@@ -697,7 +705,7 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
         mbarrier.arrive(v_empty.index(last % STAGES), count=1)
         out = (acc / gl.convert_layout(l_i, rows_o)[:, None]).to(dtype)
         rows = q_row + HALF * HALF_M + gl.arange(0, HALF_M, layout=rows_o)
-        cols = h * HEAD_DIM + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        cols = q_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
         gl.store(O + rows.to(gl.int64)[:, None] * stride_os + cols[None, :], out)
         if TIMELINE and HALF == 0:
             rec = Timeline + tile * 4
@@ -712,10 +720,11 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
 def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, SQ, SK, Plan, Timeline,
                            HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
-                           TIMELINE: gl.constexpr = False):
+                           TIMELINE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False):
     """grid = (CTAs,) with the plan `Plan` (int32, `_plan.lpt_plan` for that many CTAs); O is `[B*Sq, H*D]` with row
-    stride `stride_os`; Sq a multiple of BLOCK_M, Sk of BLOCK_N (`gluon_unsupported`). `TIMELINE`: a record per tile
-    in `Timeline` (`_wsp_consumer`; None and off otherwise)."""
+    stride `stride_os`, or with `HEADS_IN_ROWS` (q, k, v and O `[B, S, H, D]` views of `[B, H, S, D]` tensors, the
+    descriptors over `[B*H*S, D]`) `[B*H*Sq, D]`; Sq a multiple of BLOCK_M, Sk of BLOCK_N (`gluon_unsupported`).
+    `TIMELINE`: a record per tile in `Timeline` (`_wsp_consumer`; None and off otherwise)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     n_m = SQ // BLOCK_M
     CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
@@ -726,10 +735,11 @@ def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GR
     gl.warp_specialize([
         (_wsp_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, Timeline, 0, HEAD_DIM, BLOCK_M,
-                         BLOCK_N, STAGES, CAUSAL, TIMELINE)),
+                         BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS)),
         (_wsp_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, Timeline, 1, HEAD_DIM, BLOCK_M,
-                         BLOCK_N, STAGES, CAUSAL, TIMELINE)),
+                         BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS)),
         (_wsp_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
-                         v_empty, Plan, n_m, SQ, SK, H, GROUPS, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL)),
+                         v_empty, Plan, n_m, SQ, SK, H, GROUPS, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                         HEADS_IN_ROWS)),
     ], [4, 1], [CONSUMER_REGS, 24])
