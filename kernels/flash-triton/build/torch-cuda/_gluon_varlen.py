@@ -52,6 +52,7 @@ from ._gluon import (
     _softmax_next,
     _window_scores,
     _ws_buffers,
+    _ws_issue,
     _ws_producer,
     key_block_start,
     tile_order,
@@ -148,15 +149,8 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
-        slot = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(k_bar.index(slot), (j // STAGES) & 1)
-        s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
-        acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-        s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
-        if not JOINT_RELEASE:
-            mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
+        s, acc, prev = _ws_issue(j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES,
+                                 JOINT_RELEASE)  # the dense program's block start (`_gluon._ws_step`)
         s = _feature_scores(s, first + j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right,
                             CAUSAL, BLOCK_N, HALF_M, SOFTCAP, WINDOW)
         if CAP_BOUND:

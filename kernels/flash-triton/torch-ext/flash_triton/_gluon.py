@@ -422,6 +422,25 @@ def _ws_first_scores(q_tile, k_smem, q_bar, k_bar, m0, diag, n_blocks, s_layout:
 
 
 @gluon.jit
+def _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES: gl.constexpr,
+              JOINT_RELEASE: gl.constexpr):
+    """The start of a warp-specialized consumer's key block at `ring` (its stage and phase in the K/V ring): S issued,
+    P·V of the block before behind it, S waited for (that P·V may still run), the stage's keys released unless
+    `JOINT_RELEASE`. (S, the in-flight accumulator, the previous block's stage); the caller masks, runs the softmax,
+    waits for the accumulator and releases that stage's values (`_ws_step`, the varlen program's loop)."""
+    slot = ring % STAGES
+    prev = (ring - 1) % STAGES
+    mbarrier.wait(k_bar.index(slot), (ring // STAGES) & 1)
+    s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    mbarrier.wait(v_bar.index(prev), ((ring - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+    s = warpgroup_mma_wait(1, deps=[s])  # S done; the previous block's P V may still run under the softmax
+    if not JOINT_RELEASE:
+        mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with this block's keys
+    return s, acc, prev
+
+
+@gluon.jit
 def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op, m_i, l_i, acc, qk_scale,
              full, offs_m, offs_n, diag, rows_o: gl.constexpr, p_layout: gl.constexpr, BLOCK_N: gl.constexpr,
              STAGES: gl.constexpr, CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, EXP_POLY: gl.constexpr,
@@ -432,15 +451,8 @@ def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, ze
     `full` and masked where it crosses the diagonal. `RELEASE_Q` (persistent): once S_j is done, `q_empty` is
     arrived on if `q_done` (this was the tile's last QKᵀ: the producer may load the next tile's Q)."""
     dtype: gl.constexpr = q_tile.dtype
-    slot = ring % STAGES
-    prev = (ring - 1) % STAGES
-    mbarrier.wait(k_bar.index(slot), (ring // STAGES) & 1)
-    s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    mbarrier.wait(v_bar.index(prev), ((ring - 1) // STAGES) & 1)
-    acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-    s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
-    if not JOINT_RELEASE:
-        mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with block j's keys
+    s, acc, prev = _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES,
+                             JOINT_RELEASE)
     if RELEASE_Q:
         mbarrier.arrive(q_empty, count=1, pred=q_done)
     s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
