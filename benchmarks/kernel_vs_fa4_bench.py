@@ -9,8 +9,8 @@ views of them (plain cases; GQA through `enable_gqa`). Time: CUDA-graph replays 
 otherwise, said in the row), L2 flushed before each, p50 of 20 (`attnprof.measure.timing.time_call`). TF/s count
 4·B·H·Sq·Sk·D, halved when causal, also for windowed calls (so a window's rate reads above the causal one);
 decode rows give GB/s of K/V read. `--explore` adds our kernel with named configs beside the default
-(`Config.lpt`: FlashAttention's LPT tile order; `Config.exp_poly`: exponentials on the FMA pipes; the
-one-warpgroup and varlen programs for windows) — what its
+(`Config.lpt`: FlashAttention's LPT tile order; the persistent program on a tile plan; the one-warpgroup and
+varlen programs for windows) — what its
 defaults are chosen from. `--rounds` (default 3) times the implementations of a case in turn that many times and
 keeps each one's median.
 
@@ -170,7 +170,7 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     calls the default program with `Config.lpt` switched the other way and its persistent form (one CTA per SM
     walking a longest-first tile plan, `_plan.py`). Left out after they lost on an H100 (TUNING.md steps 28-29): the
     varlen program on 192-row tiles (0.84-0.90x FA4 against the default's 0.89-0.91, git 461b305), `Config.exp_poly`
-    (0.80-0.98x the default in bf16 at every shape, git 5fd04a1) and `Config.split_mask` (0.93-1.00x)."""
+    (0.78-0.99x the default in bf16 at every shape, git 5fd04a1) and `Config.split_mask` (0.93-1.00x)."""
     if case.decode or case.softcap:
         return {}
     known = mod._config  # the kernel's own named configs

@@ -58,8 +58,7 @@ class Config:
     split_mask: bool = False  # the dense warp-specialized Gluon program's causal key loop in two: the blocks every
     # row sees whole with no mask test, then the diagonal ones (TUNING.md step 28)
     exp_poly: int = 0  # the dense Gluon programs' online softmax: one score exponential in exp_poly (2, 4) as a
-    # polynomial on the FMA pipes (at head dim 64 the special-function unit's exponentials take as long as the
-    # matmuls; TUNING.md step 28)
+    # polynomial on the FMA pipes (TUNING.md step 28; in bf16 it lost at every shape on an H100, step 29: off)
 
     def __post_init__(self):
         if self.cap_poly not in (0, 2, 4):

@@ -407,9 +407,10 @@ def _gluon_programs() -> tuple:
 
 
 def _check_timeline(timeline, kind: str, cfg, heads: int, sq: int) -> None:
-    """`attention(..., timeline=)`'s rules (ValueError with the reason); `heads` B x Hq, one program per `block_m`
-    queries of each."""
-    if kind != "gluon" or not (cfg.dense_ws or (cfg.persistent and cfg.warp_specialize)):
+    """`attention(..., timeline=)`'s rules (ValueError with the reason); `heads` B x Hq, one tile (one record) per
+    `block_m` queries of each. A persistent config that reaches a Gluon launch is warp-specialized
+    (`gluon_unsupported` refuses it otherwise)."""
+    if kind != "gluon" or not (cfg.dense_ws or cfg.persistent):
         runs = cfg.label() if isinstance(cfg, Config) else f"the {kind} path"
         raise ValueError(f"flash-triton attention: timeline= is a diagnostic of the dense warp-specialized Gluon "
                          f"program and its persistent form; this call runs {runs}")
