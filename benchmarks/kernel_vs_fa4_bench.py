@@ -168,7 +168,8 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     """Named configs of our kernel to time beside its default on this case (`--explore`): for windows the
     one-warpgroup program on 64x64 tiles with 2 and 3 stages and the warp-specialized varlen program; for plain
     calls the default program with `Config.lpt` switched the other way and its persistent form (one CTA per SM
-    walking a longest-first tile plan, `_plan.py`). Left out after they lost on an H100 (TUNING.md steps 28-29): the
+    walking a longest-first tile plan, `_plan.py`; where the default is the one-warpgroup program, the
+    warp-specialized program's persistent form). Left out after they lost on an H100 (TUNING.md steps 28-29): the
     varlen program on 192-row tiles (0.84-0.90x FA4 against the default's 0.89-0.91, git 461b305), `Config.exp_poly`
     (0.78-0.99x the default in bf16 at every shape, git 5fd04a1) and `Config.split_mask` (0.93-1.00x)."""
     if case.decode or case.softcap:
@@ -186,6 +187,8 @@ def explore_configs(mod, case: Case, q, k) -> dict:
         out[f"default {'without' if cfg.lpt else 'with'} lpt"] = dataclasses.replace(cfg, lpt=not cfg.lpt)
     if getattr(cfg, "dense_ws", False) and case.d in (64, 128):  # the forms the persistent program takes
         out["default persistent"] = dataclasses.replace(cfg, persistent=True, lpt=False)
+    elif getattr(cfg, "dense_gluon", False) and case.d in (64, 128):  # a one-warpgroup default: the persistent
+        out["ws persistent"] = dataclasses.replace(known.GLUON_WS, persistent=True)  # program against it too
     return out
 
 
