@@ -9,8 +9,8 @@ views of them (plain cases; GQA through `enable_gqa`). Time: CUDA-graph replays 
 otherwise, said in the row), L2 flushed before each, p50 of 20 (`attnprof.measure.timing.time_call`). TF/s count
 4·B·H·Sq·Sk·D, halved when causal, also for windowed calls (so a window's rate reads above the causal one);
 decode rows give GB/s of K/V read. `--explore` adds our kernel with named configs beside the default
-(`Config.lpt`: FlashAttention's LPT tile order; the persistent program on a tile plan; the one-warpgroup and
-varlen programs for windows) — what its
+(`Config.lpt`: FlashAttention's LPT tile order; the persistent program on a tile plan; the consumers' matmuls in
+turns, `Config.pingpong`; the one-warpgroup and varlen programs for windows) — what its
 defaults are chosen from. `--rounds` (default 3) times the implementations of a case in turn that many times and
 keeps each one's median.
 
@@ -168,8 +168,8 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     """Named configs of our kernel to time beside its default on this case (`--explore`): for windows the
     one-warpgroup program on 64x64 tiles with 2 and 3 stages and the warp-specialized varlen program; for plain
     calls the default program with `Config.lpt` switched the other way and its persistent form (one CTA per SM
-    walking a longest-first tile plan, `_plan.py`; where the default is the one-warpgroup program, the
-    warp-specialized program's persistent form). Left out after they lost on an H100 (TUNING.md steps 28-29): the
+    walking a longest-first tile plan, `_plan.py`) and its consumers' matmuls in turns (`Config.pingpong`); where
+    the default is the one-warpgroup program, the warp-specialized program and those two forms of it). Left out after they lost on an H100 (TUNING.md steps 28-29): the
     varlen program on 192-row tiles (0.84-0.90x FA4 against the default's 0.89-0.91, git 461b305), `Config.exp_poly`
     (0.78-0.99x the default in bf16 at every shape, git 5fd04a1) and `Config.split_mask` (0.93-1.00x)."""
     if case.decode or case.softcap:
@@ -187,8 +187,12 @@ def explore_configs(mod, case: Case, q, k) -> dict:
         out[f"default {'without' if cfg.lpt else 'with'} lpt"] = dataclasses.replace(cfg, lpt=not cfg.lpt)
     if getattr(cfg, "dense_ws", False) and case.d in (64, 128):  # the forms the persistent program takes
         out["default persistent"] = dataclasses.replace(cfg, persistent=True, lpt=False)
-    elif getattr(cfg, "dense_gluon", False) and case.d in (64, 128):  # a one-warpgroup default: the persistent
-        out["ws persistent"] = dataclasses.replace(known.GLUON_WS, persistent=True)  # program against it too
+    if getattr(cfg, "dense_ws", False):
+        out["default pingpong"] = dataclasses.replace(cfg, pingpong=True)
+    elif getattr(cfg, "dense_gluon", False) and case.d in (64, 128):  # a one-warpgroup default: the
+        out["ws"] = known.GLUON_WS  # warp-specialized program against it too, its ping-pong and persistent forms
+        out["ws pingpong"] = dataclasses.replace(known.GLUON_WS, pingpong=True)
+        out["ws persistent"] = dataclasses.replace(known.GLUON_WS, persistent=True)
     return out
 
 
@@ -305,7 +309,7 @@ def main() -> int:
     try:
         for case in CASES + (ANATOMY if args.anatomy else []):
             if not only or any(s in case.name for s in only):
-                rows = run_case(case, mod, fa4, args.explore and case not in ANATOMY, gen, props.name,
+                rows = run_case(case, mod, fa4, args.explore, gen, props.name,
                                 max(args.rounds, 1))
                 anatomy += rows if case in ANATOMY else []
                 if sink:

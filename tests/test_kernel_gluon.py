@@ -55,7 +55,7 @@ def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: 
 def _compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
                   ws: bool = False, persistent: bool = False, heads_in_rows: bool = False, joint: bool = False,
                   sinks: bool = False, window: bool = False, lpt: bool = False, exp_poly: int = 0,
-                  timeline: bool = False, split_mask: bool = False):
+                  timeline: bool = False, split_mask: bool = False, pingpong: bool = False):
     mod = _module()
     fn = mod.attention_fwd_sm90_wsp if persistent else mod.attention_fwd_sm90_ws if ws else mod.attention_fwd_sm90
     q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
@@ -73,7 +73,8 @@ def _compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages:
     # the programs' defaulted constexprs, as the launcher passes them (HEADS_IN_ROWS: [B, S, H, D] views of
     # [B, H, S, D] tensors, descriptors over [B*H*S, D]; JOINT_RELEASE: the K/V release of TUNING.md step 12)
     const.update({k: v for k, v in (("HEADS_IN_ROWS", heads_in_rows), ("JOINT_RELEASE", joint), ("WINDOW", window),
-                                    ("LPT", lpt), ("EXP_POLY", exp_poly), ("SPLIT_MASK", split_mask))
+                                    ("LPT", lpt), ("EXP_POLY", exp_poly), ("SPLIT_MASK", split_mask),
+                                    ("PINGPONG", pingpong))
                   if k in fn.arg_names})
     if "Timeline" in fn.arg_names:  # the schedule's diagnostic buffer: None when off, as launched
         const["TIMELINE"] = timeline
@@ -191,6 +192,27 @@ def test_split_mask_walks_the_unmasked_blocks_without_the_mask_test(tmp_path):
     assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") >= 2 * compile_sm90(
         128, 128, 128, 4, 3, True, tmp_path, ws=True)[1].count("WARPGROUP.DEPBAR.LE gsb0, 0x1")
     assert "USETMAXREG" in sass and int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_pingpong_issues_each_consumers_matmuls_in_its_turn(head_dim, tmp_path):
+    """`Config.pingpong`: in the key loop a consumer waits for its turn after its keys arrived, issues QKᵀ and the
+    last block's P·V, hands the turn on and only then waits for S (the in-warpgroup overlap kept); the turn's two
+    barriers are the only shared memory it adds and the consumers spill nothing."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    kernel, sass, usage = compile_sm90(128, 128, head_dim, 4, 3, True, tmp_path, ws=True, pingpong=True)
+    plain_kernel, plain, _ = compile_sm90(128, 128, head_dim, 4, 3, True, tmp_path, ws=True)
+    assert kernel.metadata.shared == plain_kernel.metadata.shared + 32  # two 8-byte barriers, 16-byte aligned
+    assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0 and "USETMAXREG" in sass, usage
+    # in issue order: ... HGMMA (P·V, the last of its group) -> an arrive (the turn handed on) -> wait for S
+    ops = [line.split(";")[0].split("*/")[-1].strip() for line in sass.splitlines()
+           if "HGMMA" in line or "SYNCS.ARRIVE" in line or "DEPBAR.LE gsb0" in line]
+    handoffs = [i for i, op in enumerate(ops[:-2]) if op.startswith("HGMMA") and "tnspB" in op and "gsb0" in op
+                and "SYNCS.ARRIVE" in ops[i + 1] and ops[i + 2].endswith("gsb0, 0x1")]
+    assert len(handoffs) >= 2, ops  # each consumer's loop
+    assert sass.count("SYNCS.ARRIVE") == plain.count("SYNCS.ARRIVE") + 3  # the first turn given, a handoff each
+    assert sass.count("HGMMA") == plain.count("HGMMA") and sass.count("MUFU.EX2") == plain.count("MUFU.EX2")
 
 
 def test_the_timeline_stamps_each_tile_and_leaves_the_schedule_alone(tmp_path):

@@ -35,7 +35,7 @@ part() { [[ "$PARTS" == *" $1 "* ]]; }
 if part kernel; then
 # first the oracle tests of the configs the explore rows time beside the default (LPT order, the persistent program
 # on its tile plan): a row is only worth reading if its config computes the right answer on this machine
-cuda_tests "$dest/explore-tests.log" 90 tests/test_kernel_cuda.py -k "wsp or persistent or lpt"
+cuda_tests "$dest/explore-tests.log" 120 tests/test_kernel_cuda.py -k "wsp or persistent or lpt or pingpong"
 timeout 420 python3 benchmarks/kernel_vs_fa4_bench.py --explore --anatomy --timeline --rounds 3 --out "$dest/kernel-vs-fa4.jsonl" \
   > "$dest/kernel-vs-fa4.log" 2>&1
 echo "kernel_vs_fa4_bench exit=$?"; stamp kernel-vs-fa4

@@ -476,7 +476,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     if cfg.warp_specialize:
         rest = (scale2, hq, hq // hkv, sq, sk, s_aux, l2, timeline)
         meta = {"JOINT_RELEASE": cfg.joint_release, "SINKS": f.sinks, "EXP_POLY": cfg.exp_poly,
-                "TIMELINE": timeline is not None, "SPLIT_MASK": cfg.split_mask}
+                "TIMELINE": timeline is not None, "SPLIT_MASK": cfg.split_mask, "PINGPONG": cfg.pingpong}
     else:
         _, _, left, right = kernel_args(f, scale)
         rest = (scale2, hq, hq // hkv, sq, sk, l2, s_aux, left, right)

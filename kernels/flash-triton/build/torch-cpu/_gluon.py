@@ -423,17 +423,25 @@ def _ws_first_scores(q_tile, k_smem, q_bar, k_bar, m0, diag, n_blocks, s_layout:
 
 @gluon.jit
 def _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES: gl.constexpr,
-              JOINT_RELEASE: gl.constexpr):
+              JOINT_RELEASE: gl.constexpr, turn=None, turn_phase=0, PINGPONG: gl.constexpr = False,
+              SECOND: gl.constexpr = False):
     """The start of a warp-specialized consumer's key block at `ring` (its stage and phase in the K/V ring): S issued,
     P·V of the block before behind it, S waited for (that P·V may still run), the stage's keys released unless
     `JOINT_RELEASE`. (S, the in-flight accumulator, the previous block's stage); the caller masks, runs the softmax,
-    waits for the accumulator and releases that stage's values (`_ws_step`, the varlen program's loop)."""
+    waits for the accumulator and releases that stage's values (`_ws_step`, the varlen program's loop). `PINGPONG`:
+    both matmuls are issued in this warpgroup's turn (`turn[SECOND]` completing phase `turn_phase`), which passes
+    to the other consumer (`turn[not SECOND]`) as soon as they are issued, so that its matmuls run under this one's softmax
+    (FlashAttention-3's warpgroup ping-pong, `Config.pingpong`)."""
     slot = ring % STAGES
     prev = (ring - 1) % STAGES
     mbarrier.wait(k_bar.index(slot), (ring // STAGES) & 1)
+    if PINGPONG:
+        mbarrier.wait(turn.index(1 if SECOND else 0), turn_phase)
     s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     mbarrier.wait(v_bar.index(prev), ((ring - 1) // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn.index(0 if SECOND else 1), count=1)
     s = warpgroup_mma_wait(1, deps=[s])  # S done; the previous block's P V may still run under the softmax
     if not JOINT_RELEASE:
         mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with this block's keys
@@ -444,15 +452,17 @@ def _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op,
 def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op, m_i, l_i, acc, qk_scale,
              full, offs_m, offs_n, diag, rows_o: gl.constexpr, p_layout: gl.constexpr, BLOCK_N: gl.constexpr,
              STAGES: gl.constexpr, CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, EXP_POLY: gl.constexpr,
-             q_empty=None, q_done=False, RELEASE_Q: gl.constexpr = False):
+             q_empty=None, q_done=False, RELEASE_Q: gl.constexpr = False, turn=None,
+             PINGPONG: gl.constexpr = False, SECOND: gl.constexpr = False):
     """Key block j of `_ws_consumer`'s loop: S_j issued, P_{j-1}·V_{j-1} behind it, the softmax of S_j under that
     matmul, then the rescale. `ring`: the block's number in the K/V ring (its stage and phase; j in a program of one
     tile, the key blocks of the tiles before plus j in the persistent one). `CAUSAL`: the block is tested against
     `full` and masked where it crosses the diagonal. `RELEASE_Q` (persistent): once S_j is done, `q_empty` is
-    arrived on if `q_done` (this was the tile's last QKᵀ: the producer may load the next tile's Q)."""
+    arrived on if `q_done` (this was the tile's last QKᵀ: the producer may load the next tile's Q). `PINGPONG`: the
+    matmuls issued in this warpgroup's turn (`_ws_issue`; the turn of block j completes phase (j - 1) & 1)."""
     dtype: gl.constexpr = q_tile.dtype
     s, acc, prev = _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES,
-                             JOINT_RELEASE)
+                             JOINT_RELEASE, turn, (j - 1) & 1, PINGPONG, SECOND)
     if RELEASE_Q:
         mbarrier.arrive(q_empty, count=1, pred=q_done)
     s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
@@ -468,14 +478,18 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
                  o_row, q_col, m0, diag, n_blocks, sink,
                  HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                  CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, SINKS: gl.constexpr, EXP_POLY: gl.constexpr = 0,
-                 SPLIT_MASK: gl.constexpr = False):
+                 SPLIT_MASK: gl.constexpr = False, turn=None, PINGPONG: gl.constexpr = False,
+                 SECOND: gl.constexpr = False):
     """64 rows of the tile (rows m0 ...), one warpgroup: the schedule of `attention_fwd_sm90`, with the stage
     released to the producer (`k_empty`, `v_empty`: `_ws_producer`) instead of refilled. Both halves walk the same
     `n_blocks` (the lower half's last blocks are fully masked for the upper half: probabilities 0, running max
     unchanged). `SINKS`: the sink's logit `sink` (log2 units) joins each row's denominator after the last block
     (gpt-oss; every row here sees a key, so the running max is finite). `SPLIT_MASK` (causal): the key loop in two,
-    the blocks before `full` with no mask test, then the diagonal ones (`Config.split_mask`)."""
+    the blocks before `full` with no mask test, then the diagonal ones (`Config.split_mask`). `PINGPONG`: the two
+    consumers issue each key block's matmuls in turns (`_ws_issue`); the `SECOND` hands the first its first turn."""
     dtype: gl.constexpr = q_tile.dtype
+    if PINGPONG and SECOND:
+        mbarrier.arrive(turn.index(0), count=1)
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -496,16 +510,19 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
         for j in range(1, n_plain):
             p_op, m_i, l_i, acc = _ws_step(j, j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
                                            m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
-                                           BLOCK_N, STAGES, False, JOINT_RELEASE, EXP_POLY)
+                                           BLOCK_N, STAGES, False, JOINT_RELEASE, EXP_POLY, turn=turn,
+                                           PINGPONG=PINGPONG, SECOND=SECOND)
         for j in range(n_plain, n_blocks):  # none when not causal (`full` is every key then)
             p_op, m_i, l_i, acc = _ws_step(j, j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
                                            m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
-                                           BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE, EXP_POLY)
+                                           BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE, EXP_POLY, turn=turn,
+                                           PINGPONG=PINGPONG, SECOND=SECOND)
     else:  # one loop; under CAUSAL each block is tested against `full` and the diagonal's masked
         for j in range(1, n_blocks):
             p_op, m_i, l_i, acc = _ws_step(j, j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
                                            m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
-                                           BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE, EXP_POLY)
+                                           BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE, EXP_POLY, turn=turn,
+                                           PINGPONG=PINGPONG, SECOND=SECOND)
 
     last = (n_blocks - 1) % STAGES
     mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
@@ -549,12 +566,22 @@ def _ws_buffers(desc_q, desc_k, desc_v, HALF_M: gl.constexpr, HEAD_DIM: gl.const
 
 
 @gluon.jit
+def _turns():
+    """The ping-pong's two barriers (`Config.pingpong`): turn[c] completes a phase when consumer c may issue."""
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    return turn
+
+
+@gluon.jit
 def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, SK, Sinks, L2_HEADS, Timeline,
                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                           HEADS_IN_ROWS: gl.constexpr = False, JOINT_RELEASE: gl.constexpr = False,
                           SINKS: gl.constexpr = False, LPT: gl.constexpr = False, EXP_POLY: gl.constexpr = 0,
-                          TIMELINE: gl.constexpr = False, SPLIT_MASK: gl.constexpr = False):
+                          TIMELINE: gl.constexpr = False, SPLIT_MASK: gl.constexpr = False,
+                          PINGPONG: gl.constexpr = False):
     """grid = (Sq / BLOCK_M, B * H), with `LPT` (Sq / BLOCK_M * B * H,) (`tile_order`); BLOCK_M = 128 (two consumer
     warpgroups of 64 rows), num_warps = 4 (the default
     partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows.
@@ -564,7 +591,7 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
     `attention_fwd_sm90`. `TIMELINE`: each program writes Timeline[4 * pid ...] (int64; pid = the launch's linear
     program id) = the global timer (ns) at its start and after its consumers are done, its SM, its key blocks (a
     diagnostic of the schedule: `attention(..., timeline=)`; None and off otherwise). `SPLIT_MASK`: as in
-    `_ws_consumer`."""
+    `_ws_consumer`. `PINGPONG`: the consumers issue their matmuls in turns (`_ws_issue`, `Config.pingpong`)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     if TIMELINE:
         pid = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
@@ -585,13 +612,17 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
     CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
     q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty = _ws_buffers(
         desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, JOINT_RELEASE)
+    if PINGPONG:  # turn[c]: consumer c may issue its next block's matmuls
+        turn = _turns()
+    else:
+        turn = k_empty  # not read
     gl.warp_specialize([
         (_ws_consumer, (desc_o, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                         q_row, q_col, m0, diag, n_blocks, sink, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
-                        JOINT_RELEASE, SINKS, EXP_POLY, SPLIT_MASK)),
+                        JOINT_RELEASE, SINKS, EXP_POLY, SPLIT_MASK, turn, PINGPONG, False)),
         (_ws_consumer, (desc_o, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                         q_row + HALF_M, q_col, m0 + HALF_M, diag, n_blocks, sink, HEAD_DIM, HALF_M, BLOCK_N,
-                        STAGES, CAUSAL, JOINT_RELEASE, SINKS, EXP_POLY, SPLIT_MASK)),
+                        STAGES, CAUSAL, JOINT_RELEASE, SINKS, EXP_POLY, SPLIT_MASK, turn, PINGPONG, True)),
         (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                         q_row, kv_row, q_col, kv_col, 0, n_blocks, SK, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
