@@ -76,6 +76,10 @@ def run(seq: int, tokens: int, hq: int, hkv: int, d: int, mod, rounds: int, gen,
              **{name: (lambda n=n: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
                                                      v_descale=vd, exp_poly=n))
                 for name, n in (("ours fp8 exp-poly/2", 2), ("ours fp8 exp-poly off", 0))},
+             # the two consumers' products issued in turns (FlashAttention-3's ping-pong; TUNING.md step 30)
+             **{name: (lambda n=n: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
+                                                     v_descale=vd, exp_poly=n, pingpong=True))
+                for name, n in (("ours fp8 pingpong", None), ("ours fp8 pingpong exp-poly/2", 2))},
              "ours fp8 triton": lambda: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
                                                           v_descale=vd, program="triton"),
              # v kept with the keys contiguous, as the Triton program reads it: the call without its transposing copy

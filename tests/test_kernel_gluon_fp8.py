@@ -39,7 +39,8 @@ def _module():
     return importlib.import_module("flash_triton_src._gluon_fp8")
 
 
-def compile_fp8(head_dim: int, causal: bool, stages: int = 3, heads_in_rows: bool = False, exp_poly: int = 0):
+def compile_fp8(head_dim: int, causal: bool, stages: int = 3, heads_in_rows: bool = False, exp_poly: int = 0,
+                pingpong: bool = False):
     """`attention_fwd_fp8_sm90_ws` compiled for sm_90 as `gluon_fp8_attention` launches it (bf16 out)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -54,7 +55,8 @@ def compile_fp8(head_dim: int, causal: bool, stages: int = 3, heads_in_rows: boo
     sig.update(desc_q=desc(64, head_dim), desc_k=desc(mod.BLOCK_N, head_dim), desc_vt=desc(head_dim, mod.BLOCK_N),
                desc_o=desc(64, head_dim, "bf16", gl.bfloat16), QD="*fp32", KD="*fp32", VD="*fp32", qk_scale="fp32")
     const = dict(HEAD_DIM=head_dim, BLOCK_M=mod.BLOCK_M, BLOCK_N=mod.BLOCK_N, STAGES=stages, CAUSAL=causal,
-                 num_warps=4, HEADS_IN_ROWS=heads_in_rows, LPT=False, EXP_POLY=exp_poly)  # every constexpr passed
+                 num_warps=4, HEADS_IN_ROWS=heads_in_rows, LPT=False, EXP_POLY=exp_poly,
+                 PINGPONG=pingpong)  # every constexpr passed
     sig.update({k: "constexpr" for k in const})
     return triton.compile(GluonASTSource(fn, sig, {(names.index(k),): v for k, v in const.items()}),
                           target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
@@ -144,6 +146,22 @@ def test_exp_poly_moves_a_quarter_of_the_exponentials_off_the_special_function_u
     assert 0.6 * ex2_plain < ex2 < 0.85 * ex2_plain, (ex2, ex2_plain)
 
 
+def test_pingpong_hands_the_turn_on_between_the_products_and_the_wait(compiled, tmp_path):
+    """`pingpong` (`PINGPONG`): each consumer issues S_j and P_{j-1}·V_{j-1} in its turn and hands the turn on before it
+    waits for S (the overlap kept); three arrivals more (the first turn given, one handoff per consumer's loop), the
+    same products and exponentials, no spills."""
+    kernel = compile_fp8(128, True, exp_poly=4, pingpong=True)
+    sass = _tool(kernel, tmp_path, "nvdisasm", "-c")
+    plain = _tool(compile_fp8(128, True, exp_poly=4), tmp_path, "nvdisasm", "-c")
+    assert overlapped_pairs(sass) == 2 and sass.count("SYNCS.ARRIVE") == plain.count("SYNCS.ARRIVE") + 3
+    ins = [x for x in _instructions(sass) if "GMMA" in x or "SYNCS.ARRIVE" in x or "DEPBAR.LE gsb0" in x]
+    handoffs = [i for i in range(len(ins) - 2) if ins[i].startswith("QGMMA") and ins[i].endswith("gsb0")
+                and "SYNCS.ARRIVE" in ins[i + 1] and ins[i + 2].endswith("gsb0, 0x1")]
+    assert len(handoffs) == 2, ins
+    assert sass.count("QGMMA") == plain.count("QGMMA") and sass.count("MUFU.EX2") == plain.count("MUFU.EX2")
+    assert int(re.search(r"LOCAL:(\d+)", _tool(kernel, tmp_path, "cuobjdump", "--dump-resource-usage")).group(1)) == 0
+
+
 def test_the_overlap_check_fails_without_the_overlap():
     """`overlapped_pairs` on hand-written sequences: waiting for S before issuing P·V is not an overlap."""
     s = ["QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24, gsb0 ;"]
@@ -215,6 +233,8 @@ def test_fp8_attention_takes_a_program_and_refuses_gluon_with_the_reason():
             fp8.fp8_attention(q, q, q, exp_poly=4)
         with pytest.raises(ValueError, match="exp_poly is an option of the Gluon FP8 program.*triton"):
             fp8.fp8_attention(q, q, q, exp_poly=2, program="triton")
+        with pytest.raises(ValueError, match="pingpong is an option of the Gluon FP8 program.*CUDA GPU"):
+            fp8.fp8_attention(q, q, q, pingpong=True)
         # its default (None: `FP8_EXP_POLY` on the Gluon program) and 0 (off) ask nothing of the Triton program
         assert torch.equal(fp8.fp8_attention(q, q, q, exp_poly=0), fp8.fp8_attention(q, q, q))
     with pytest.raises(ValueError, match="exp_poly is 0, 2 or 4"):

@@ -209,7 +209,7 @@ FP8_EXP_POLY = 4
 
 def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None,
                   out_dtype=torch.bfloat16, *, block_m: int = 128, block_n: int = 64, num_warps: int = 4,
-                  num_stages: int = 3, program: str = "auto", exp_poly: int | None = None):
+                  num_stages: int = 3, program: str = "auto", exp_poly: int | None = None, pingpong: bool = False):
     """Attention of e4m3 q `[B, Sq, Hq, D]` over e4m3 k/v `[B, Sk, Hkv, D]` with descales; `[B, Sq, Hq, D]` in
     `out_dtype`. ValueError with the reason for anything it does not take. `program`: "triton" (this module's
     program, the tile arguments apply), "gluon" (the warp-specialized sm_90 program of `_gluon_fp8.py`, FlashAttention-3
@@ -218,7 +218,9 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
     at 4k-16k causal head dim 128 with `FP8_EXP_POLY`, where this one ran 1.00-1.03x, docs/results/kernel-fp8-prefill). The tile
     arguments apply to the Triton program only. `exp_poly` (0, 2, 4: one score exponential in that many on the FMA
     pipes) applies to the Gluon program only; None (the default) is `FP8_EXP_POLY` there and nothing on the Triton
-    program; 2 or 4 given is refused where the Gluon program does not run (0, off, means nothing there)."""
+    program; 2 or 4 given is refused where the Gluon program does not run (0, off, means nothing there).
+    `pingpong`: the Gluon program's two consumers issue their matmuls in turns (`Config.pingpong`'s schedule);
+    refused where that program does not run."""
     if program not in ("triton", "gluon", "auto"):
         raise ValueError(f"flash-triton flash_attn_func (FP8): program must be 'triton', 'gluon' or 'auto', got "
                          f"{program!r}")
@@ -230,6 +232,9 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
     gluon = why is None
     if exp_poly and not gluon:
         raise ValueError(f"flash-triton flash_attn_func (FP8): exp_poly is an option of the Gluon FP8 program, which "
+                         f"does not run here: {why}")
+    if pingpong and not gluon:
+        raise ValueError(f"flash-triton flash_attn_func (FP8): pingpong is an option of the Gluon FP8 program, which "
                          f"does not run here: {why}")
     if program == "gluon" and not gluon:
         raise ValueError(f"flash-triton flash_attn_func (FP8): {why}")
@@ -245,7 +250,7 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
         from ._gluon_fp8 import gluon_fp8_attention
 
         gluon_fp8_attention(q, k, v, out, q_descale, k_descale, v_descale, scale, bool(causal),
-                            exp_poly=FP8_EXP_POLY if exp_poly is None else exp_poly)
+                            exp_poly=FP8_EXP_POLY if exp_poly is None else exp_poly, pingpong=bool(pingpong))
         return out
     descales = (q_descale, k_descale, v_descale)
     one = torch.ones(1, dtype=torch.float32, device=q.device) if any(t is None for t in descales) else None
