@@ -189,10 +189,13 @@ def explore_configs(mod, case: Case, q, k) -> dict:
         out["default persistent"] = dataclasses.replace(cfg, persistent=True, lpt=False)
     if getattr(cfg, "dense_ws", False):
         out["default pingpong"] = dataclasses.replace(cfg, pingpong=True)
+        if case.d in (64, 128):
+            out["default persistent pingpong"] = dataclasses.replace(cfg, persistent=True, lpt=False, pingpong=True)
     elif getattr(cfg, "dense_gluon", False) and case.d in (64, 128):  # a one-warpgroup default: the
         out["ws"] = known.GLUON_WS  # warp-specialized program against it too, its ping-pong and persistent forms
         out["ws pingpong"] = dataclasses.replace(known.GLUON_WS, pingpong=True)
         out["ws persistent"] = dataclasses.replace(known.GLUON_WS, persistent=True)
+        out["ws persistent pingpong"] = dataclasses.replace(known.GLUON_WS, persistent=True, pingpong=True)
     return out
 
 

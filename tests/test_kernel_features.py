@@ -257,6 +257,7 @@ def _child() -> dict:
                      ("split-varlen", dict(ws, varlen=True, split_mask=True)), ("split-ws", dict(ws, split_mask=True)),
                      # Config.pingpong: the dense warp-specialized program's only
                      ("pingpong-one-wg", dict(block_m=64, block_n=128, gluon=True, pingpong=True)),
+                     ("pingpong-varlen", dict(ws, varlen=True, pingpong=True)),
                      ("pingpong-persistent", dict(ws, persistent=True, pingpong=True)),
                      ("pingpong-ws", dict(ws, pingpong=True))):
         try:
@@ -336,9 +337,9 @@ def test_exp_poly_is_refused_by_name_where_no_program_takes_it(interp):
     for name in ("split-one-wg", "split-varlen"):
         assert "split_mask is an option of the dense warp-specialized Gluon program" in made[name], made[name]
     assert made["split-ws"].endswith("split-mask"), made["split-ws"]
-    for name in ("pingpong-one-wg", "pingpong-persistent"):
+    for name in ("pingpong-one-wg", "pingpong-varlen"):
         assert "pingpong is an option of the dense warp-specialized Gluon program" in made[name], made[name]
-    assert made["pingpong-ws"].endswith("pingpong"), made["pingpong-ws"]
+    assert made["pingpong-ws"].endswith("pingpong") and made["pingpong-persistent"].endswith("persistent pingpong")
 
 
 def test_cap_poly_is_refused_by_name_where_it_cannot_apply(interp):

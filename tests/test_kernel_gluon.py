@@ -194,15 +194,17 @@ def test_split_mask_walks_the_unmasked_blocks_without_the_mask_test(tmp_path):
     assert "USETMAXREG" in sass and int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["dense", "persistent"])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_pingpong_issues_each_consumers_matmuls_in_its_turn(head_dim, tmp_path):
+def test_pingpong_issues_each_consumers_matmuls_in_its_turn(head_dim, persistent, tmp_path):
     """`Config.pingpong`: in the key loop a consumer waits for its turn after its keys arrived, issues QKᵀ and the
     last block's P·V, hands the turn on and only then waits for S (the in-warpgroup overlap kept); the turn's two
     barriers are the only shared memory it adds and the consumers spill nothing."""
     if not (BIN / "nvdisasm").exists():
         pytest.skip("this Triton wheel ships no nvdisasm")
-    kernel, sass, usage = compile_sm90(128, 128, head_dim, 4, 3, True, tmp_path, ws=True, pingpong=True)
-    plain_kernel, plain, _ = compile_sm90(128, 128, head_dim, 4, 3, True, tmp_path, ws=True)
+    kernel, sass, usage = compile_sm90(128, 128, head_dim, 4, 3, True, tmp_path, ws=True, persistent=persistent,
+                                       pingpong=True)
+    plain_kernel, plain, _ = compile_sm90(128, 128, head_dim, 4, 3, True, tmp_path, ws=True, persistent=persistent)
     assert kernel.metadata.shared == plain_kernel.metadata.shared + 32  # two 8-byte barriers, 16-byte aligned
     assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0 and "USETMAXREG" in sass, usage
     # in issue order: ... HGMMA (P·V, the last of its group) -> an arrive (the turn handed on) -> wait for S

@@ -469,7 +469,8 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
             tma_desc(v, cfg.block_n, heads_in_rows)))
         run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
-                 num_warps=cfg.num_warps, TIMELINE=timeline is not None, HEADS_IN_ROWS=heads_in_rows))
+                 num_warps=cfg.num_warps, TIMELINE=timeline is not None, HEADS_IN_ROWS=heads_in_rows,
+                 PINGPONG=cfg.pingpong))
         return
     run = launcher(ws if cfg.warp_specialize else one_wg)
     grid = grid_of(sq // cfg.block_m)

@@ -59,8 +59,9 @@ class Config:
     # row sees whole with no mask test, then the diagonal ones (TUNING.md step 28)
     exp_poly: int = 0  # the dense Gluon programs' online softmax: one score exponential in exp_poly (2, 4) as a
     # polynomial on the FMA pipes (TUNING.md step 28; in bf16 it lost at every shape on an H100, step 29: off)
-    pingpong: bool = False  # the dense warp-specialized Gluon program's two consumers issue each key block's matmuls
-    # in turns, so one's run under the other's softmax (FlashAttention-3's warpgroup ping-pong; TUNING.md step 30)
+    pingpong: bool = False  # the dense warp-specialized Gluon program's (and its persistent form's) two consumers
+    # issue each key block's matmuls in turns, so one's run under the other's softmax (FlashAttention-3's warpgroup
+    # ping-pong; TUNING.md step 30)
 
     def __post_init__(self):
         if self.cap_poly not in (0, 2, 4):
@@ -69,9 +70,9 @@ class Config:
             raise ValueError(f"exp_poly is 0 (every exponential on the special-function unit), 2 or 4, got {self.exp_poly}")
         if self.exp_poly and not self.dense_gluon:
             raise ValueError("exp_poly is an option of the dense Gluon programs (gluon=True, not varlen or persistent)")
-        if self.pingpong and not self.dense_ws:
-            raise ValueError("pingpong is an option of the dense warp-specialized Gluon program (gluon=True, "
-                             "warp_specialize=True, not varlen or persistent)")
+        if self.pingpong and not (self.dense_ws or self.persistent):
+            raise ValueError("pingpong is an option of the dense warp-specialized Gluon program and its persistent "
+                             "form (gluon=True, warp_specialize=True, not varlen)")
         if self.split_mask and not self.dense_ws:
             raise ValueError("split_mask is an option of the dense warp-specialized Gluon program (gluon=True, "
                              "warp_specialize=True, not varlen or persistent)")

@@ -453,16 +453,17 @@ def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, ze
              full, offs_m, offs_n, diag, rows_o: gl.constexpr, p_layout: gl.constexpr, BLOCK_N: gl.constexpr,
              STAGES: gl.constexpr, CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, EXP_POLY: gl.constexpr,
              q_empty=None, q_done=False, RELEASE_Q: gl.constexpr = False, turn=None,
-             PINGPONG: gl.constexpr = False, SECOND: gl.constexpr = False):
+             PINGPONG: gl.constexpr = False, SECOND: gl.constexpr = False, turn_base=0):
     """Key block j of `_ws_consumer`'s loop: S_j issued, P_{j-1}·V_{j-1} behind it, the softmax of S_j under that
     matmul, then the rescale. `ring`: the block's number in the K/V ring (its stage and phase; j in a program of one
     tile, the key blocks of the tiles before plus j in the persistent one). `CAUSAL`: the block is tested against
     `full` and masked where it crosses the diagonal. `RELEASE_Q` (persistent): once S_j is done, `q_empty` is
     arrived on if `q_done` (this was the tile's last QKᵀ: the producer may load the next tile's Q). `PINGPONG`: the
-    matmuls issued in this warpgroup's turn (`_ws_issue`; the turn of block j completes phase (j - 1) & 1)."""
+    matmuls issued in this warpgroup's turn (`_ws_issue`; the turn of block j completes phase (turn_base + j - 1) & 1,
+    `turn_base` the loop steps of the tiles before in the persistent program)."""
     dtype: gl.constexpr = q_tile.dtype
     s, acc, prev = _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES,
-                             JOINT_RELEASE, turn, (j - 1) & 1, PINGPONG, SECOND)
+                             JOINT_RELEASE, turn, (turn_base + j - 1) & 1, PINGPONG, SECOND)
     if RELEASE_Q:
         mbarrier.arrive(q_empty, count=1, pred=q_done)
     s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
@@ -697,10 +698,12 @@ def _wsp_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty
 def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty, v_empty, qk_scale,
                   Plan, n_m, SQ, SK, H, GROUPS, Timeline, HALF: gl.constexpr, HEAD_DIM: gl.constexpr,
                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  TIMELINE: gl.constexpr, HEADS_IN_ROWS: gl.constexpr):
+                  TIMELINE: gl.constexpr, HEADS_IN_ROWS: gl.constexpr, turn=None, PINGPONG: gl.constexpr = False):
     """Rows HALF * 64 ... of each of this CTA's tiles: `_ws_consumer`'s schedule tile after tile. `TIMELINE` (consumer
     0 writes it): Timeline[4 * tile ...] = the global timer before the tile's Q is waited for and after its O is
-    stored, the SM, the key blocks (`attention_fwd_sm90_ws`'s records, one per tile instead of one per program)."""
+    stored, the SM, the key blocks (`attention_fwd_sm90_ws`'s records, one per tile instead of one per program).
+    `PINGPONG`: the key loops' products in turns (`_ws_issue`), the turns counted across tiles (both consumers walk
+    the same tiles, each of n_blocks - 1 loop steps)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -714,6 +717,8 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
     diag = SK - SQ
     lo = gl.load(Plan + gl.program_id(0))
     hi = gl.load(Plan + gl.program_id(0) + 1)
+    if PINGPONG and HALF == 1:
+        mbarrier.arrive(turn.index(0), count=1)
     ring = 0
     for i in range(lo, hi):
         q_row, kv_row, q_col, kv_col, m0, n_blocks, tile = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, HEAD_DIM,
@@ -740,7 +745,7 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
             p_op, m_i, l_i, acc = _ws_step(j, ring + j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty,
                                            zero_s, p_op, m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o,
                                            p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, q_empty,
-                                           j == n_blocks - 1, True)
+                                           j == n_blocks - 1, True, turn, PINGPONG, HALF == 1, ring - (i - lo))
         last = ring + n_blocks - 1
         mbarrier.wait(v_bar.index(last % STAGES), (last // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
@@ -763,11 +768,13 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
 def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, SQ, SK, Plan, Timeline,
                            HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
-                           TIMELINE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False):
+                           TIMELINE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False,
+                           PINGPONG: gl.constexpr = False):
     """grid = (CTAs,) with the plan `Plan` (int32, `_plan.lpt_plan` for that many CTAs); O is `[B*Sq, H*D]` with row
     stride `stride_os`, or with `HEADS_IN_ROWS` (q, k, v and O `[B, S, H, D]` views of `[B, H, S, D]` tensors, the
     descriptors over `[B*H*S, D]`) `[B*H*Sq, D]`; Sq a multiple of BLOCK_M, Sk of BLOCK_N (`gluon_unsupported`).
-    `TIMELINE`: a record per tile in `Timeline` (`_wsp_consumer`; None and off otherwise)."""
+    `TIMELINE`: a record per tile in `Timeline` (`_wsp_consumer`; None and off otherwise). `PINGPONG`: as
+    `attention_fwd_sm90_ws`."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     n_m = SQ // BLOCK_M
     CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
@@ -775,13 +782,17 @@ def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GR
         desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, False)
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_empty, count=2)
+    if PINGPONG:
+        turn = _turns()
+    else:
+        turn = k_empty  # not read
     gl.warp_specialize([
         (_wsp_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, Timeline, 0, HEAD_DIM, BLOCK_M,
-                         BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS)),
+                         BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS, turn, PINGPONG)),
         (_wsp_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, Timeline, 1, HEAD_DIM, BLOCK_M,
-                         BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS)),
+                         BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS, turn, PINGPONG)),
         (_wsp_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, Plan, n_m, SQ, SK, H, GROUPS, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                          HEADS_IN_ROWS)),
