@@ -170,18 +170,20 @@ def test_lpt_order_with_a_partial_l2_section_matches_oracle(mod, path, monkeypat
         assert err <= 2 * base, f"{layout}: kernel error {err:.3g} > 2 x eager error {base:.3g}"
 
 
+@pytest.mark.parametrize("path", ["gluon-wsp", "gluon-wsp-pingpong"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
-def test_the_persistent_program_walks_many_tiles_per_cta_in_its_plan(mod, causal, d, monkeypatch):
+def test_the_persistent_program_walks_many_tiles_per_cta_in_its_plan(mod, causal, d, path, monkeypatch):
     """`Config.persistent`: 2 x 16 x 2k is 512 tiles of 1-16 key blocks, several per CTA in its plan
-    (`_plan.lpt_plan`), the K/V ring's stages and phases carried from tile to tile, with GQA and L2 sections of 8 of
-    the 32 (batch, head)s, in both layouts: every tile computed once, within the oracle bound."""
+    (`_plan.lpt_plan`), the K/V ring's stages and phases carried from tile to tile (with `pingpong`, the turns too),
+    with GQA and L2 sections of 8 of the 32 (batch, head)s, in both layouts: every tile computed once, within the
+    oracle bound."""
     s = 2048
     monkeypatch.setattr(mod._config, "L2_BYTES", 8 * s * 2 * d * 2)
     inputs, ref, eager = oracle_case((2, 16, 4, s, s, causal), d)
     assert mod.l2_heads(s, d, 2, 32) == 8
     for layout, (q, k, v) in both_layouts(inputs):
-        out = mod.attention(q, k, v, inputs.scale, causal, config=mod.Config(**PATHS["gluon-wsp"]))
+        out = mod.attention(q, k, v, inputs.scale, causal, config=mod.Config(**PATHS[path]))
         assert out.transpose(1, 2).is_contiguous() == (layout == "heads")  # q's layout
         err, base = rel_err(out.transpose(1, 2), ref), rel_err(eager, ref)
         assert err <= 2 * base, f"{layout}: kernel error {err:.3g} > 2 x eager error {base:.3g}"
