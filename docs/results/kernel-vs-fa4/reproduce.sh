@@ -8,9 +8,9 @@
 # numerics gate (`verify`). Needs flash-attn-4 with its CuTe DSL runtime and `kernels` importable
 # (carried as wheels: scripts/gpu/run_all.sh installs .whl/; README.md here names them).
 #   bash scripts/gpu/run_all.sh kernel-vs-fa4      (or alone: OUT=/some/dir bash docs/results/kernel-vs-fa4/reproduce.sh)
-# The whole folder takes ~12 minutes, more than one 10-minute device call: PARTS picks the steps (default all four,
-# "kernel stages bench verify"); two calls back to back on one machine make it in two halves, e.g.
-# PARTS="kernel stages" then PARTS="bench verify".
+# The whole folder takes ~15 minutes, more than one 10-minute device call: PARTS picks the steps (default all five,
+# "tests kernel stages bench verify"); calls back to back on one machine make it in parts, e.g.
+# PARTS=tests, then PARTS="kernel stages", then PARTS="bench verify".
 set -u
 . scripts/gpu/lib.sh
 claim kernel-vs-fa4
@@ -30,12 +30,13 @@ bench() {  # bench NAME ARGS...: one `attnprof bench` sweep at B·S = 16k, 16 he
   cp "/tmp/fa4-$name/results.jsonl" "$dest/$name.jsonl"; cp "/tmp/fa4-$name/report.md" "$dest/$name.md"
   stamp "$name"
 }
-PARTS=" ${PARTS:-kernel stages bench verify} "
+PARTS=" ${PARTS:-tests kernel stages bench verify} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
-if part kernel; then
 # first the oracle tests of the configs the explore rows time beside the default (LPT order, the persistent program
-# on its tile plan): a row is only worth reading if its config computes the right answer on this machine
-cuda_tests "$dest/explore-tests.log" 120 tests/test_kernel_cuda.py -k "wsp or persistent or lpt or pingpong"
+# on its tile plan, the consumers' products in turns): a row is only worth reading if its config computes the right
+# answer on this machine (~120 tests, most of it compiling: a part of its own, so it can go in another call)
+part tests && cuda_tests "$dest/explore-tests.log" 240 tests/test_kernel_cuda.py -k "wsp or persistent or lpt or pingpong"
+if part kernel; then
 timeout 420 python3 benchmarks/kernel_vs_fa4_bench.py --explore --anatomy --timeline --rounds 3 --out "$dest/kernel-vs-fa4.jsonl" \
   > "$dest/kernel-vs-fa4.log" 2>&1
 echo "kernel_vs_fa4_bench exit=$?"; stamp kernel-vs-fa4
