@@ -11,7 +11,8 @@ otherwise, said in the row), L2 flushed before each, p50 of 20 (`attnprof.measur
 decode rows give GB/s of K/V read. `--explore` adds our kernel with named configs beside the default
 (`Config.lpt`: FlashAttention's LPT tile order; the persistent program on a tile plan; the consumers' matmuls in
 turns, `Config.pingpong`; the one-warpgroup and varlen programs for windows) — what its
-defaults are chosen from. `--rounds` (default 3) times the implementations of a case in turn that many times and
+defaults are chosen from; each explore row's output is held against the default's (`agreement`: a note says WRONG
+past `AGREE`). `--rounds` (default 3) times the implementations of a case in turn that many times and
 keeps each one's median.
 
 `--anatomy` splits each implementation's time into its key loop and a fixed cost: not causal, 4x32 heads x 2k
@@ -199,6 +200,23 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     return out
 
 
+AGREE = 2e-2  # an explore config's output within this (relative Frobenius norm) of the default's: bf16 rounding
+
+
+def agreement(impls: dict, names: list[str]) -> dict:
+    """Each named implementation's output against the default's (`ours (default)`), relative Frobenius norm: a
+    config that times well but computes something else shows here, without an oracle run (the oracle tests are
+    `tests/test_kernel_cuda.py`'s)."""
+    if "ours (default)" not in impls or not names:
+        return {}
+    ref = impls["ours (default)"]().float()
+    out = {}
+    for name in names:
+        with torch.no_grad():
+            out[name] = ((impls[name]().float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    return out
+
+
 def run_case(case: Case, mod, fa4, explore: bool, gen, gpu: str, rounds: int = 1) -> list[dict]:
     """Every implementation on one case's tensors, `rounds` times in turn (each a p50 of 20 replays; the median of
     the rounds is kept, so a clock or power drift during the case hits every implementation alike): one printed line
@@ -248,6 +266,9 @@ def run_case(case: Case, mod, fa4, explore: bool, gen, gpu: str, rounds: int = 1
                 notes[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
             torch.cuda.synchronize()
     times = {name: statistics.median(xs) for name, xs in samples.items()}
+    for name, err in agreement(impls, [n for n in samples if n.startswith("ours ") and n != "ours (default)"]).items():
+        if err > AGREE:  # a wrong answer fast is no finding: the row says so
+            notes[name] = (notes.get(name, "") + f" WRONG: {err:.1e} from the default's output").strip()
     rows = []
     for name in impls:
         us = times.get(name)

@@ -52,3 +52,18 @@ def test_the_timeline_summary_reads_busy_tail_and_per_block_cost():
     assert t["tiles"] == 3 and t["sms"] == 2 and t["span_us"] == pytest.approx(10.0)
     assert t["tail_us"] == pytest.approx(5.0) and t["busy"] == pytest.approx(15 / 20)
     assert t["tile_fixed_us"] == pytest.approx(1.0) and t["us_per_block"] == pytest.approx(2.0)
+
+
+def test_an_explore_config_that_computes_something_else_is_told_apart():
+    """`agreement`: each explore row's output against the default's; bf16 rounding stays under `AGREE`, a wrong tile
+    (one head's rows zero) does not."""
+    import torch
+
+    x = torch.randn(2, 256, 4, 64, generator=torch.Generator().manual_seed(0))
+    rounded = x.to(torch.bfloat16)
+    wrong = x.clone()
+    wrong[:, :, 1] = 0
+    impls = {"ours (default)": lambda: x, "ours rounded": lambda: rounded, "ours wrong": lambda: wrong}
+    err = bench.agreement(impls, ["ours rounded", "ours wrong"])
+    assert err["ours rounded"] < bench.AGREE < err["ours wrong"], err
+    assert bench.agreement({"ours rounded": lambda: x}, ["ours rounded"]) == {}
