@@ -167,7 +167,8 @@ def run_timeline(case: Case, mod, gen, gpu: str, persistent: bool = False) -> di
 
 def explore_configs(mod, case: Case, q, k) -> dict:
     """Named configs of our kernel to time beside its default on this case (`--explore`): for windows the
-    one-warpgroup program on 64x64 tiles with 2 and 3 stages and the warp-specialized varlen program; for plain
+    one-warpgroup program on 64x64 tiles with 2 and 3 stages, the warp-specialized varlen program and the persistent
+    one (with and without `pingpong`); for plain
     calls the default program with `Config.lpt` switched the other way and its persistent form (one CTA per SM
     walking a longest-first tile plan, `_plan.py`) and its consumers' matmuls in turns (`Config.pingpong`); where
     the default is the one-warpgroup program, the warp-specialized program and those two forms of it). Left out after they lost on an H100 (TUNING.md steps 28-29): the
@@ -181,6 +182,9 @@ def explore_configs(mod, case: Case, q, k) -> dict:
         if case.window != (-1, -1) and case.d in (64, 128):
             for st in (2, 3):
                 out[f"one-wg 64x64 s{st}"] = dataclasses.replace(known.GLUON_64x64, num_stages=st)
+        if case.d in (64, 128):  # the persistent program walks each tile's window blocks from its plan
+            out["ws persistent"] = dataclasses.replace(known.GLUON_WS, persistent=True)
+            out["ws persistent pingpong"] = dataclasses.replace(known.GLUON_WS, persistent=True, pingpong=True)
         return out
     cfg = mod.choose_config(q, k, case.causal)
     out = {}

@@ -194,9 +194,11 @@ def _child() -> dict:
                                  ("varlen", True, True, dict(softcap=5.0)),
                                  ("ws-softcap", True, False, dict(softcap=5.0)),
                                  ("ws-sinks", True, False, dict(s_aux=sinks)),
-                                 ("ws-sinks-window", True, False, dict(s_aux=sinks, window_size=(3, 0)))):
+                                 ("ws-sinks-window", True, False, dict(s_aux=sinks, window_size=(3, 0))),
+                                 ("persistent-softcap", True, None, dict(softcap=5.0)),
+                                 ("persistent-sinks-window", True, None, dict(s_aux=sinks, window_size=(3, 0)))):
         cfg = mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=ws,
-                         varlen=varlen)
+                         varlen=bool(varlen), persistent=varlen is None)  # None: the persistent program
         f = mod.parse_features("t", q, kw.get("softcap", 0.0), kw.get("window_size", (-1, -1)), kw.get("s_aux"))
         try:
             mod.attention(q, k, v, None, True, config=cfg, features=f, s_aux=kw.get("s_aux"))
@@ -307,10 +309,11 @@ def test_malformed_features_are_refused_by_name(interp):
 
 def test_an_explicit_gluon_config_takes_features_only_on_the_programs_that_compute_them(interp):
     refused = interp["gluon_refusals"]
-    for name in ("one-warpgroup", "ws-softcap", "ws-sinks-window"):
+    for name in ("one-warpgroup", "ws-softcap", "ws-sinks-window", "persistent-softcap"):
         assert "only the warp-specialized varlen one computes every model feature" in refused[name], refused[name]
     assert "softcap 5" in refused["one-warpgroup"] and "sinks" in refused["ws-sinks-window"]
-    for name in ("varlen", "ws-sinks"):  # taken: refused only for the CPU
+    assert "softcap 5" in refused["persistent-softcap"], refused["persistent-softcap"]
+    for name in ("varlen", "ws-sinks", "persistent-sinks-window"):  # taken: refused only for the CPU
         assert "model feature" not in refused[name] and "CUDA GPU" in refused[name], refused[name]
 
 
@@ -572,6 +575,48 @@ def test_window_and_sinks_on_the_one_warpgroup_program_match_the_fp64_oracle(til
                                                (False, (70, 33), True, 1024, 1024), (True, (-1, -1), True, 512, 1024)):
         s_aux = sinks if with_sinks else None
         q, k, v = rand(2, sq, hq, d, scale=3.0), rand(2, sk, hkv, d), rand(2, sk, hkv, d)
+        f = mod.parse_features("test", q, 0.0, window, s_aux)
+        for qq, kk, vv in ((q, k, v), tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))):
+            got = mod.attention(qq, kk, vv, scale, causal, config=cfg, features=f, s_aux=s_aux)
+            e = Errors()
+            for o, q1, k1, v1 in zip(got, q, k, v):
+                e.add(o.cpu(), q1.cpu(), k1.cpu(), v1.cpu(), causal, scale, 0.0, window,
+                      None if s_aux is None else s_aux.cpu())
+            r = e.result()
+            assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, (causal, window, with_sinks, sq, sk, r)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("pingpong", [False, True], ids=["", "pingpong"])
+def test_window_and_sinks_on_the_persistent_program_match_the_fp64_oracle(d, pingpong):
+    """A sliding window and sinks on the persistent Gluon program (`Config.persistent`: each tile walks the key blocks
+    its rows' windows reach, from a plan made for them): gpt-oss's pattern, a long window over many tiles per CTA
+    with GQA, a window on both sides without causal, sinks alone with Sq < Sk; both TMA layouts."""
+    import torch
+
+    from attnprof.variants import kernel_hub
+
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon programs are sm_90 only")
+    cfg = mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True,
+                     persistent=True, pingpong=pingpong)
+    gen = torch.Generator().manual_seed(17)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to("cuda", torch.bfloat16)
+
+    hq, hkv = 8, 2
+    sinks = (torch.randn(hq, generator=gen) * 2 + 3).cuda()
+    scale = d ** -0.5
+    for causal, window, with_sinks, b, sq, sk in ((True, (128, 0), True, 2, 1024, 1024),
+                                                  (True, (1000, 0), True, 4, 2048, 2048),
+                                                  (False, (70, 33), True, 2, 1024, 1024),
+                                                  (True, (200, 0), False, 2, 512, 1024),
+                                                  (True, (-1, -1), True, 2, 512, 1024)):
+        s_aux = sinks if with_sinks else None
+        q, k, v = rand(b, sq, hq, d, scale=3.0), rand(b, sk, hkv, d), rand(b, sk, hkv, d)
         f = mod.parse_features("test", q, 0.0, window, s_aux)
         for qq, kk, vv in ((q, k, v), tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))):
             got = mod.attention(qq, kk, vv, scale, causal, config=cfg, features=f, s_aux=s_aux)

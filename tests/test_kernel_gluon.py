@@ -82,6 +82,8 @@ def _compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages:
             sig["Timeline"] = "*i64"
         else:
             const["Timeline"] = None
+    if persistent and not window:  # the persistent program's window sides: None when off, as launched
+        const.update(win_left=None, win_right=None)
     if "Sinks" in fn.arg_names:  # the dense warp-specialized program's one model feature: None when off, as launched
         const["SINKS"] = sinks
         if sinks:
@@ -192,6 +194,21 @@ def test_split_mask_walks_the_unmasked_blocks_without_the_mask_test(tmp_path):
     assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") >= 2 * compile_sm90(
         128, 128, 128, 4, 3, True, tmp_path, ws=True)[1].count("WARPGROUP.DEPBAR.LE gsb0, 0x1")
     assert "USETMAXREG" in sass and int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_the_persistent_program_takes_a_window_and_sinks_keeping_its_schedule(head_dim, tmp_path):
+    """`WINDOW` and `SINKS` on the persistent program (each tile's key blocks from its rows' window start, the
+    window's edges masked, the sink after the last block): the in-warpgroup overlap in both consumers, the register
+    handoff, no local memory; the plain program's SASS does not change (the window sides are None there)."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    kernel, sass, usage = compile_sm90(128, 128, head_dim, 4, 3, True, tmp_path, ws=True, persistent=True,
+                                       window=True, sinks=True)
+    plain = compile_sm90(128, 128, head_dim, 4, 3, True, tmp_path, ws=True, persistent=True)[1]
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") >= 2 and "USETMAXREG" in sass
+    assert int(re.search(r"LOCAL:(\d+)", usage).group(1)) == 0, usage
+    assert sass.count("HGMMA") == plain.count("HGMMA") and sass.count("MUFU.EX2") > plain.count("MUFU.EX2")
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["dense", "persistent"])

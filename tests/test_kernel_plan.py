@@ -76,3 +76,31 @@ def test_the_plan_tensor_holds_the_plan_as_int32(plan_mod):
     t = plan_mod.plan_tensor(torch.device("cpu"), *args)
     assert t.dtype == torch.int32 and t.tolist() == list(plan_mod.lpt_plan(*args))
     assert plan_mod.lpt_plan.cache_info().currsize >= 1
+
+
+def reach(m: int, sq: int, sk: int, causal: bool, window: tuple[int, int], bm: int = 128, bn: int = 128) -> int:
+    """Key blocks from the lowest to the highest key any row of query tile m keeps (flash-attn's window: key j for
+    row i when i + diag - left <= j <= i + diag + right, and j <= i + diag when causal), by brute force."""
+    keys = [j for i in range(m * bm, (m + 1) * bm) for j in range(sk)
+            if i + sk - sq - window[0] <= j <= i + sk - sq + window[1] and (not causal or j <= i + sk - sq)]
+    return keys[-1] // bn - keys[0] // bn + 1 if keys else 0
+
+
+@pytest.mark.parametrize("case", [(1024, 1024, True, (128, 0)), (2048, 2048, True, (1000, 0)),
+                                  (1024, 1024, False, (70, 33)), (512, 1024, True, (200, 0)),
+                                  (1024, 1024, False, (300, 300))], ids=str)
+def test_a_windowed_tile_walks_the_blocks_its_rows_reach(plan_mod, case):
+    """`tile_blocks` with a window (the persistent program's `_plan_tile` computes the same): from the block of the
+    first row's window start to the block of the last row's window end, each tile; and a plan over those costs puts
+    every tile once with the CTAs even to within one tile."""
+    sq, sk, causal, window = case
+    n_m = sq // 128
+    for m in range(n_m):
+        assert plan_mod.tile_blocks(m, sq, sk, 128, 128, causal, window) == reach(m, sq, sk, causal, window), m
+    plan = plan_mod.lpt_plan(n_m, 16, 32, sq, sk, 128, 128, causal, 4, window)
+    lists = split(plan, 32)
+    assert sorted(t for tiles in lists for t in tiles) == list(range(n_m * 16))
+    cost = [[plan_mod.tile_blocks(t % n_m, sq, sk, 128, 128, causal, window) + plan_mod.FIXED_BLOCKS for t in tiles]
+            for tiles in lists]
+    loads = [sum(c) for c in cost]
+    assert max(loads) - min(loads) <= max(map(max, cost))

@@ -453,21 +453,27 @@ def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, ze
              full, offs_m, offs_n, diag, rows_o: gl.constexpr, p_layout: gl.constexpr, BLOCK_N: gl.constexpr,
              STAGES: gl.constexpr, CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, EXP_POLY: gl.constexpr,
              q_empty=None, q_done=False, RELEASE_Q: gl.constexpr = False, turn=None,
-             PINGPONG: gl.constexpr = False, SECOND: gl.constexpr = False, turn_base=0):
+             PINGPONG: gl.constexpr = False, SECOND: gl.constexpr = False, turn_base=0,
+             WINDOW: gl.constexpr = False, first=0, m0=0, win_left=0, win_right=0, HALF_M: gl.constexpr = 64):
     """Key block j of `_ws_consumer`'s loop: S_j issued, P_{j-1}·V_{j-1} behind it, the softmax of S_j under that
     matmul, then the rescale. `ring`: the block's number in the K/V ring (its stage and phase; j in a program of one
     tile, the key blocks of the tiles before plus j in the persistent one). `CAUSAL`: the block is tested against
     `full` and masked where it crosses the diagonal. `RELEASE_Q` (persistent): once S_j is done, `q_empty` is
     arrived on if `q_done` (this was the tile's last QKᵀ: the producer may load the next tile's Q). `PINGPONG`: the
     matmuls issued in this warpgroup's turn (`_ws_issue`; the turn of block j completes phase (turn_base + j - 1) & 1,
-    `turn_base` the loop steps of the tiles before in the persistent program)."""
+    `turn_base` the loop steps of the tiles before in the persistent program). `WINDOW` (persistent): j counts from
+    the tile's first key block `first`; a block that crosses a window edge of the `HALF_M` rows from m0 is masked
+    (`_window_scores`) and the softmax is safe for rows that see none of its keys."""
     dtype: gl.constexpr = q_tile.dtype
     s, acc, prev = _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES,
                              JOINT_RELEASE, turn, (turn_base + j - 1) & 1, PINGPONG, SECOND)
     if RELEASE_Q:
         mbarrier.arrive(q_empty, count=1, pred=q_done)
-    s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-    p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, POLY=EXP_POLY)
+    s = _scores(s, first + j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
+    if WINDOW:
+        lo = (first + j) * BLOCK_N
+        s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, HALF_M, BLOCK_N)
+    p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, WINDOW, POLY=EXP_POLY)
     acc = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(v_empty.index(prev), count=1)  # ... and with block j-1's values
     acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
@@ -646,10 +652,13 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
 # -----------------------------------------------------------------------------------------------------------------
 @gluon.jit
 def _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
-               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEADS_IN_ROWS: gl.constexpr):
-    """(q_row, kv_row, q_col, kv_col, m0, n_blocks, tile) of the plan's entry i: TMA coordinates in `[B*S, H*D]` (a
-    head is a column block) or, with `HEADS_IN_ROWS`, `[B*H*S, D]` (as `_program_tile`); `tile` its number,
-    `off_bh * n_m + start_m`."""
+               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEADS_IN_ROWS: gl.constexpr, win_left=0, win_right=0,
+               WINDOW: gl.constexpr = False):
+    """(q_row, kv_row, q_col, kv_col, m0, n_blocks, tile, first, h) of the plan's entry i: TMA coordinates in
+    `[B*S, H*D]` (a head is a column block) or, with `HEADS_IN_ROWS`, `[B*H*S, D]` (as `_program_tile`; the key rows
+    from block 0); `tile` its number, `off_bh * n_m + start_m`; the tile walks `n_blocks` key blocks from block
+    `first` (`WINDOW`: from the first row's window start to the last row's window end, as `attention_fwd_sm90`; else
+    0); h its query head."""
     tile = gl.load(Plan + gl.num_programs(0) + 1 + i)
     off_bh = tile // n_m
     b = off_bh // H
@@ -660,23 +669,32 @@ def _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, HEAD_DIM: gl.constexpr, CAUSAL: 
         end = gl.minimum(m0 + BLOCK_M + SK - SQ, SK)
     else:
         end = SK
-    if HEADS_IN_ROWS:
-        return (b * H + h) * SQ + m0, (b * (H // GROUPS) + hk) * SK, 0, 0, m0, gl.cdiv(end, BLOCK_N), tile
+    if WINDOW:
+        end = gl.minimum(end, m0 + BLOCK_M + SK - SQ + win_right)
+        first = gl.maximum(m0 + SK - SQ - win_left, 0) // BLOCK_N
     else:
-        return b * SQ + m0, b * SK, h * HEAD_DIM, hk * HEAD_DIM, m0, gl.cdiv(end, BLOCK_N), tile
+        first = 0
+    n_blocks = gl.cdiv(end, BLOCK_N) - first
+    if HEADS_IN_ROWS:
+        return (b * H + h) * SQ + m0, (b * (H // GROUPS) + hk) * SK, 0, 0, m0, n_blocks, tile, first, h
+    else:
+        return b * SQ + m0, b * SK, h * HEAD_DIM, hk * HEAD_DIM, m0, n_blocks, tile, first, h
 
 
 @gluon.jit
 def _wsp_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty, v_empty,
                   Plan, n_m, SQ, SK, H, GROUPS, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HEADS_IN_ROWS: gl.constexpr):
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HEADS_IN_ROWS: gl.constexpr,
+                  win_left=0, win_right=0, WINDOW: gl.constexpr = False):
     HALF_M: gl.constexpr = BLOCK_M // 2
     lo = gl.load(Plan + gl.program_id(0))
     hi = gl.load(Plan + gl.program_id(0) + 1)
     ring = 0
     for i in range(lo, hi):
-        q_row, kv_row, q_col, kv_col, m0, n_blocks, tile = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, HEAD_DIM,
-                                                                      CAUSAL, BLOCK_M, BLOCK_N, HEADS_IN_ROWS)
+        q_row, kv_row, q_col, kv_col, m0, n_blocks, tile, first, h = _plan_tile(
+            Plan, i, n_m, SK, SQ, H, GROUPS, HEAD_DIM, CAUSAL, BLOCK_M, BLOCK_N, HEADS_IN_ROWS, win_left, win_right,
+            WINDOW)
+        kv_row = kv_row + first * BLOCK_N
         if i > lo:  # both consumers are past their last QKᵀ of the previous tile
             mbarrier.wait(q_empty, (i - lo - 1) & 1)
         mbarrier.expect(q_bar, 2 * desc_q.block_type.nbytes)
@@ -698,12 +716,15 @@ def _wsp_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty
 def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty, v_empty, qk_scale,
                   Plan, n_m, SQ, SK, H, GROUPS, Timeline, HALF: gl.constexpr, HEAD_DIM: gl.constexpr,
                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  TIMELINE: gl.constexpr, HEADS_IN_ROWS: gl.constexpr, turn=None, PINGPONG: gl.constexpr = False):
+                  TIMELINE: gl.constexpr, HEADS_IN_ROWS: gl.constexpr, turn=None, PINGPONG: gl.constexpr = False,
+                  Sinks=None, win_left=0, win_right=0, WINDOW: gl.constexpr = False, SINKS: gl.constexpr = False):
     """Rows HALF * 64 ... of each of this CTA's tiles: `_ws_consumer`'s schedule tile after tile. `TIMELINE` (consumer
     0 writes it): Timeline[4 * tile ...] = the global timer before the tile's Q is waited for and after its O is
     stored, the SM, the key blocks (`attention_fwd_sm90_ws`'s records, one per tile instead of one per program).
     `PINGPONG`: the key loops' products in turns (`_ws_issue`), the turns counted across tiles (both consumers walk
-    the same tiles, each of n_blocks - 1 loop steps)."""
+    the same tiles, each of n_blocks - 1 loop steps). `WINDOW`, `SINKS`: as `attention_fwd_sm90` (each tile walks the
+    key blocks its rows' windows reach, `_plan_tile`; the sink joins each row's denominator after the tile's last
+    block)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -721,13 +742,14 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
         mbarrier.arrive(turn.index(0), count=1)
     ring = 0
     for i in range(lo, hi):
-        q_row, kv_row, q_col, kv_col, m0, n_blocks, tile = _plan_tile(Plan, i, n_m, SK, SQ, H, GROUPS, HEAD_DIM,
-                                                                      CAUSAL, BLOCK_M, BLOCK_N, HEADS_IN_ROWS)
+        q_row, kv_row, q_col, kv_col, m0, n_blocks, tile, first, h = _plan_tile(
+            Plan, i, n_m, SK, SQ, H, GROUPS, HEAD_DIM, CAUSAL, BLOCK_M, BLOCK_N, HEADS_IN_ROWS, win_left, win_right,
+            WINDOW)
         m0 = m0 + HALF * HALF_M
         if CAUSAL:
-            full = gl.minimum(m0 + diag + 1, n_blocks * BLOCK_N) // BLOCK_N * BLOCK_N
+            full = gl.minimum(m0 + diag + 1, (first + n_blocks) * BLOCK_N) // BLOCK_N * BLOCK_N
         else:
-            full = n_blocks * BLOCK_N
+            full = (first + n_blocks) * BLOCK_N
         offs_m = m0 + gl.arange(0, HALF_M, layout=gl.SliceLayout(1, s_layout))
         slot = ring % STAGES
         if TIMELINE:
@@ -738,19 +760,25 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
         s = warpgroup_mma_wait(0, deps=[s])
         mbarrier.arrive(k_empty.index(slot), count=1)
         mbarrier.arrive(q_empty, count=1, pred=n_blocks == 1)  # that was this tile's last QKᵀ
-        s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-        p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout)
+        s = _scores(s, first, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
+        if WINDOW:
+            s = _window_scores(s, first * BLOCK_N, first * BLOCK_N, m0, offs_m, offs_n, diag, win_left, win_right,
+                               HALF_M, BLOCK_N)
+        p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, WINDOW)
         acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
         for j in range(1, n_blocks):
             p_op, m_i, l_i, acc = _ws_step(j, ring + j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty,
                                            zero_s, p_op, m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o,
                                            p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, q_empty,
-                                           j == n_blocks - 1, True, turn, PINGPONG, HALF == 1, ring - (i - lo))
+                                           j == n_blocks - 1, True, turn, PINGPONG, HALF == 1, ring - (i - lo),
+                                           WINDOW, first, m0, win_left, win_right, HALF_M)
         last = ring + n_blocks - 1
         mbarrier.wait(v_bar.index(last % STAGES), (last // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+        if SINKS:  # the sink's logit (natural units) in the softmax's log2 units
+            acc, l_i = _sink_rescale(acc, m_i, l_i, gl.load(Sinks + h).to(gl.float32) * 1.4426950408889634, rows_o)
         out = (acc / gl.convert_layout(l_i, rows_o)[:, None]).to(dtype)
         rows = q_row + HALF * HALF_M + gl.arange(0, HALF_M, layout=rows_o)
         cols = q_col + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
@@ -766,15 +794,18 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
 
 @gluon.jit
 def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GROUPS, SQ, SK, Plan, Timeline,
+                           Sinks, win_left, win_right,
                            HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                            TIMELINE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False,
-                           PINGPONG: gl.constexpr = False):
+                           PINGPONG: gl.constexpr = False, WINDOW: gl.constexpr = False,
+                           SINKS: gl.constexpr = False):
     """grid = (CTAs,) with the plan `Plan` (int32, `_plan.lpt_plan` for that many CTAs); O is `[B*Sq, H*D]` with row
     stride `stride_os`, or with `HEADS_IN_ROWS` (q, k, v and O `[B, S, H, D]` views of `[B, H, S, D]` tensors, the
     descriptors over `[B*H*S, D]`) `[B*H*Sq, D]`; Sq a multiple of BLOCK_M, Sk of BLOCK_N (`gluon_unsupported`).
     `TIMELINE`: a record per tile in `Timeline` (`_wsp_consumer`; None and off otherwise). `PINGPONG`: as
-    `attention_fwd_sm90_ws`."""
+    `attention_fwd_sm90_ws`. `WINDOW` (win_left, win_right; None without) and `SINKS` (Sinks `[H]`; None without): as
+    `attention_fwd_sm90`, the plan made for the window's key blocks (`_plan.lpt_plan`)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     n_m = SQ // BLOCK_M
     CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
@@ -789,11 +820,13 @@ def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GR
     gl.warp_specialize([
         (_wsp_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, Timeline, 0, HEAD_DIM, BLOCK_M,
-                         BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS, turn, PINGPONG)),
+                         BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS, turn, PINGPONG, Sinks, win_left,
+                         win_right, WINDOW, SINKS)),
         (_wsp_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, Timeline, 1, HEAD_DIM, BLOCK_M,
-                         BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS, turn, PINGPONG)),
+                         BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS, turn, PINGPONG, Sinks, win_left,
+                         win_right, WINDOW, SINKS)),
         (_wsp_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, Plan, n_m, SQ, SK, H, GROUPS, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                         HEADS_IN_ROWS)),
+                         HEADS_IN_ROWS, win_left, win_right, WINDOW)),
     ], [4, 1], [CONSUMER_REGS, 24])

@@ -228,7 +228,7 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
         return _Plan("empty")
     if isinstance(config, Config) and (reason := p_pack_problem(config, q.dtype) or config.gluon and (
             gluon_problem(f, config.varlen, config.warp_specialize and not config.persistent,
-                          not (config.warp_specialize or config.varlen or config.persistent))
+                          not (config.warp_specialize or config.varlen or config.persistent), config.persistent)
             or gluon_unsupported(q, k, causal, config) or _window_problem(q, k, f, config))):
         raise ValueError(f"flash-triton: {config.label()}: {reason}")  # choose_config checked its own pick
     cfg = config or choose_config(q, k, causal)
@@ -262,11 +262,12 @@ def _plan(q, k, v, causal: bool, config, fp32_ok: bool, f: Features = PLAIN) -> 
 
 
 def _window_problem(q, k, f: Features, cfg: Config) -> str | None:
-    """Why the one-warpgroup Gluon program cannot take this window (None when it can or nothing asks)."""
-    if f.window == (-1, -1) or cfg.warp_specialize or cfg.varlen or q.shape[1] <= k.shape[1]:
+    """Why the one-warpgroup or the persistent Gluon program cannot take this window (None when it can or nothing
+    asks)."""
+    if f.window == (-1, -1) or (cfg.warp_specialize and not cfg.persistent) or cfg.varlen or q.shape[1] <= k.shape[1]:
         return None
-    return (f"a window on the one-warpgroup Gluon program needs Sq <= Sk (got {q.shape[1]} > {k.shape[1]}): every "
-            "row must see a key; the varlen one (varlen=True) takes any lengths")
+    return (f"a window on the {'persistent' if cfg.persistent else 'one-warpgroup'} Gluon program needs Sq <= Sk (got "
+            f"{q.shape[1]} > {k.shape[1]}): every row must see a key; the varlen one (varlen=True) takes any lengths")
 
 
 def _feature_config(q, k, causal: bool, f: Features, plain: Config) -> Config:
@@ -457,11 +458,14 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     if cfg.persistent:  # one CTA per SM, each walking the tiles of its plan (`_plan.lpt_plan`)
         n_m = sq // cfg.block_m
         ctas = min(n_m * b * hq, sm_count(q.device))
+        windowed = f.window != (-1, -1)
+        left, right = kernel_args(f, scale)[2:] if windowed else (None, None)
         plan = plan_tensor(q.device, n_m, b * hq, ctas, sq, sk, cfg.block_m, cfg.block_n, causal,
-                           l2_heads(sk, d, q.element_size(), b * hq))
+                           l2_heads(sk, d, q.element_size(), b * hq), (left, right) if windowed else None)
         run = launcher(wsp)
         grid = (ctas,)
-        rest = (out, d if heads_in_rows else hq * d, scale2, hq, hq // hkv, sq, sk, plan, timeline)
+        rest = (out, d if heads_in_rows else hq * d, scale2, hq, hq // hkv, sq, sk, plan, timeline,
+                s_aux if f.sinks else None, left, right)
         if run.launch_bases(key, grid, (q, k, v, *rest)):
             return
         dq, dk, dv = _descs(key, (q, k, v), lambda: (
@@ -470,7 +474,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
                  num_warps=cfg.num_warps, TIMELINE=timeline is not None, HEADS_IN_ROWS=heads_in_rows,
-                 PINGPONG=cfg.pingpong))
+                 PINGPONG=cfg.pingpong, WINDOW=windowed, SINKS=f.sinks))
         return
     run = launcher(ws if cfg.warp_specialize else one_wg)
     grid = grid_of(sq // cfg.block_m)

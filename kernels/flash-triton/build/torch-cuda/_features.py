@@ -175,12 +175,13 @@ def sinks_only(f: Features) -> bool:
     return f.sinks and f.softcap <= 0 and f.window == (-1, -1)
 
 
-def gluon_problem(f: Features, varlen: bool, ws: bool = False, one_wg: bool = False) -> str | None:
+def gluon_problem(f: Features, varlen: bool, ws: bool = False, one_wg: bool = False,
+                  persistent: bool = False) -> str | None:
     """Why this Gluon program cannot take these features (None: plain attention, the varlen program, sinks alone on
     the dense warp-specialized one, `ws`: not persistent, or a window and sinks without softcap on the one-warpgroup
-    one, `one_wg`)."""
-    if not f.any or varlen or (ws and sinks_only(f)) or (one_wg and f.softcap <= 0):
+    one, `one_wg`, and on the persistent one, `persistent`)."""
+    if not f.any or varlen or (ws and sinks_only(f)) or ((one_wg or persistent) and f.softcap <= 0):
         return None
     return (f"of the Gluon programs only the warp-specialized varlen one computes every model feature, the "
-            f"one-warpgroup one a window and sinks, the dense warp-specialized one sinks alone (asked for "
-            f"{f.label()}); pick the varlen one with varlen=True")
+            f"one-warpgroup and the persistent ones a window and sinks, the dense warp-specialized one sinks alone "
+            f"(asked for {f.label()}); pick the varlen one with varlen=True")

@@ -25,15 +25,27 @@ import torch
 FIXED_BLOCKS = 2  # a tile's cost besides its key loop, in key blocks
 
 
+def tile_blocks(m: int, sq: int, sk: int, block_m: int, block_n: int, causal: bool,
+                window: tuple[int, int] | None = None) -> int:
+    """The key blocks query tile m walks, as the program computes them (`_gluon._plan_tile`): up to the diagonal
+    (bottom-right) when causal, and with a `window` (left, right keys, both >= 0) from the first row's window start
+    to the last row's window end."""
+    end = min((m + 1) * block_m + sk - sq, sk) if causal else sk
+    first = 0
+    if window is not None:
+        end = min(end, (m + 1) * block_m + sk - sq + window[1])
+        first = max(m * block_m + sk - sq - window[0], 0) // block_n
+    return max(-(-end // block_n) - first, 0)
+
+
 @functools.lru_cache(maxsize=256)
 def lpt_plan(n_m: int, n_bh: int, ctas: int, sq: int, sk: int, block_m: int, block_n: int, causal: bool,
-             l2_heads: int) -> tuple[int, ...]:
+             l2_heads: int, window: tuple[int, int] | None = None) -> tuple[int, ...]:
     """The plan for `n_bh` (batch, head)s of `n_m` query tiles each on `ctas` CTAs: `ctas + 1` offsets, then the
     tiles (`off_bh * n_m + m`, m the query block), CTA p's in entries [offsets[p], offsets[p + 1]) of the tiles, in the
-    order it computes them."""
+    order it computes them. `window`: as `tile_blocks`."""
     def blocks(m: int) -> int:
-        end = min((m + 1) * block_m + sk - sq, sk) if causal else sk
-        return -(-end // block_n)
+        return tile_blocks(m, sq, sk, block_m, block_n, causal, window)
 
     order = sorted(range(n_m), key=lambda m: -blocks(m))  # heaviest query block first (stable: ties in m order)
     loads = [(0, p) for p in range(ctas)]  # (work so far, CTA): a heap, the least loaded on top
@@ -77,4 +89,4 @@ def plan_tensor(device: torch.device, *args) -> torch.Tensor:
     return dev
 
 
-__all__ = ["FIXED_BLOCKS", "lpt_plan", "plan_tensor"]
+__all__ = ["FIXED_BLOCKS", "lpt_plan", "plan_tensor", "tile_blocks"]
