@@ -35,7 +35,8 @@ part() { [[ "$PARTS" == *" $1 "* ]]; }
 # first the oracle tests of the configs the explore rows time beside the default (LPT order, the persistent program
 # on its tile plan, the consumers' products in turns): a row is only worth reading if its config computes the right
 # answer on this machine (~120 tests, most of it compiling: a part of its own, so it can go in another call)
-part tests && cuda_tests "$dest/explore-tests.log" 240 tests/test_kernel_cuda.py -k "wsp or persistent or lpt or pingpong"
+part tests && cuda_tests "$dest/explore-tests.log" 240 tests/test_kernel_cuda.py tests/test_kernel_features.py \
+  -k "wsp or persistent or lpt or pingpong"
 if part kernel; then
 timeout 420 python3 benchmarks/kernel_vs_fa4_bench.py --explore --anatomy --timeline --rounds 3 --out "$dest/kernel-vs-fa4.jsonl" \
   > "$dest/kernel-vs-fa4.log" 2>&1
