@@ -426,9 +426,13 @@ def test_every_program_the_dispatch_rule_picks_can_be_built_for_its_inputs():
                     picked.add(cfg.label())
                     assert mod.gluon_shape_problem(cfg, d, "heads") is None, (d, causal, sk, aligned, cfg.label())
                     assert cfg.varlen == (not aligned), (d, causal, sk, aligned, cfg.label())
-    # the programs it ships: warp-specialized (and varlen), its 256 tiles, the one-warpgroup 64x128 and 64x64
+    # the programs it ships: warp-specialized (and varlen, and in LPT order), its 256 tiles, the one-warpgroup 64x128
+    # and 64x64
     assert {"128x128 w4 s3 tma ws gluon", "128x128 w4 s3 tma ws gluon varlen", "128x64 w4 s2 tma ws gluon",
-            "128x64 w4 s2 tma ws gluon varlen", "64x128 w4 s2 tma gluon", "64x64 w4 s3 tma gluon"} == picked
+            "128x64 w4 s2 tma ws gluon varlen", "64x128 w4 s2 tma gluon", "64x64 w4 s3 tma gluon",
+            "128x128 w4 s3 tma ws gluon lpt"} == picked
+    assert mod.gluon_preferred(128, True, 4096, True).lpt and not mod.gluon_preferred(128, True, 16384, True).lpt
+    assert not mod.gluon_preferred(128, False, 4096, True).lpt and not mod.gluon_preferred(256, True, 4096, True).lpt
 
 
 @pytest.mark.parametrize("make, words", [

@@ -155,6 +155,14 @@ def gluon_shape_problem(cfg: Config, head_dim: int, layout: str | None) -> str |
 
 # The warp-specialized Gluon program (TUNING.md step 6): a 128-row tile, two consumer warpgroups, a TMA producer warp.
 GLUON_WS = Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True)
+# Causal head dim 128 with 2k-8k keys: the same program in FlashAttention's LPT tile order (TUNING.md step 30: 1.00 /
+# 1.05 / 1.10x the grid order at 2k / 4k / 8k on an H100, 1.02-1.07x in step 29's run; 0.87x at 1k, 0.94-0.97x at 16k)
+GLUON_WS_LPT = dataclasses.replace(GLUON_WS, lpt=True)
+LPT_KEYS = (2048, 8192)
+# A window wider than `_features.SMALL_WINDOW` keys (and sinks with it) at head dims 64 and 128: the persistent program,
+# each tile walking its window's key blocks from a plan (step 30: window 2048 0.92x FA4 against the varlen program's
+# 0.84x, 4096 0.95x against 0.87x, an H100)
+GLUON_WSP = dataclasses.replace(GLUON_WS, persistent=True)
 GLUON_WS_VARLEN = dataclasses.replace(GLUON_WS, varlen=True)
 GLUON_WS_256 = dataclasses.replace(GLUON_WS, block_n=64, num_stages=2)  # Q + 2 x (K + V) at 256: 192 KiB
 GLUON_WS_256_VARLEN = dataclasses.replace(GLUON_WS_256, varlen=True)
@@ -177,7 +185,8 @@ def gluon_preferred(head_dim: int, causal: bool, sk: int, aligned: bool) -> Conf
     program in parentheses):
       - head dim 128: causal 0.90-1.08 (0.80-0.89), not causal 0.88-1.00 (0.70-0.78), ragged 0.95-0.97 (0.86-0.88);
         causal up to 1k keys the one-warpgroup program on 64x64 tiles, two CTAs per SM (0.92-0.93 against the
-        warp-specialized one's 0.89-0.90; from 2k keys 0.87 against 0.93-0.96);
+        warp-specialized one's 0.89-0.90; from 2k keys 0.87 against 0.93-0.96); causal 2k-8k keys its tiles in LPT
+        order (`LPT_KEYS`, step 30);
       - head dim 64, causal: the one-warpgroup program 64x128 below 8k keys (0.98 against 0.89-0.93), the
         warp-specialized one from 8k (1.01-1.04 against 0.96-0.98), ragged its varlen form (0.90 against 0.79);
       - head dim 64, not causal: the one-warpgroup program 0.92-0.98 (0.91-0.94); ragged stays on the Triton
@@ -187,6 +196,8 @@ def gluon_preferred(head_dim: int, causal: bool, sk: int, aligned: bool) -> Conf
         form 0.82-0.94."""
     if head_dim == 128 and causal and aligned and sk <= 1024:
         return GLUON_64x64
+    if head_dim == 128 and causal and aligned and LPT_KEYS[0] <= sk <= LPT_KEYS[1]:
+        return GLUON_WS_LPT
     if head_dim in (128, 96, 80):
         return GLUON_WS if aligned else GLUON_WS_VARLEN
     if head_dim == 256:
