@@ -38,7 +38,6 @@ from ._config import (
     GLUON_WINDOW,
     GLUON_WS_256_VARLEN,
     GLUON_WS_VARLEN,
-    GLUON_WSP,
     INTERPRETED,
     SUPPORTED_DTYPES,
     SUPPORTED_HEAD_DIMS,
@@ -275,8 +274,7 @@ def _feature_config(q, k, causal: bool, f: Features, plain: Config) -> Config:
     """The program of a call with model features whose plain twin would run the Gluon program `plain`: that one for
     sinks alone when it is the dense warp-specialized program (the varlen one runs the same shapes ~4 % slower); the
     one-warpgroup program on 64x64 tiles for a small window (`_features.small_window`, with or without sinks) at
-    head dims 64 and 128 when the lengths are multiples of 64 and Sq <= Sk (`_config.GLUON_WINDOW`); a wider window
-    without softcap there on the persistent program when they are multiples of 128 (`_config.GLUON_WSP`); else the varlen
+    head dims 64 and 128 when the lengths are multiples of 64 and Sq <= Sk (`_config.GLUON_WINDOW`); else the varlen
     Gluon program where it takes the tensors (unless FLASH_TRITON_GLUON_FEATURES=0: `_features.GLUON_BY_DEFAULT`),
     else the Triton one."""
     d = q.shape[-1]
@@ -286,9 +284,6 @@ def _feature_config(q, k, causal: bool, f: Features, plain: Config) -> Config:
         cfg = GLUON_WINDOW[d]
         if gluon_unsupported(q, k, causal, cfg) is None:  # lengths multiples of 64
             return cfg
-    if (GLUON_BY_DEFAULT and f.window != (-1, -1) and f.softcap <= 0 and d in (64, 128)
-            and q.shape[1] <= k.shape[1] and gluon_unsupported(q, k, causal, GLUON_WSP) is None):
-        return GLUON_WSP  # a wider window: the persistent program (lengths multiples of 128)
     if GLUON_BY_DEFAULT:
         cfg = GLUON_WS_256_VARLEN if d == 256 else GLUON_WS_VARLEN
         if gluon_unsupported(q, k, causal, cfg) is None:

@@ -159,10 +159,7 @@ GLUON_WS = Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=Tru
 # 1.05 / 1.10x the grid order at 2k / 4k / 8k on an H100, 1.02-1.07x in step 29's run; 0.87x at 1k, 0.94-0.97x at 16k)
 GLUON_WS_LPT = dataclasses.replace(GLUON_WS, lpt=True)
 LPT_KEYS = (2048, 8192)
-# A window wider than `_features.SMALL_WINDOW` keys (and sinks with it) at head dims 64 and 128: the persistent program,
-# each tile walking its window's key blocks from a plan (step 30: window 2048 0.92x FA4 against the varlen program's
-# 0.84x, 4096 0.95x against 0.87x, an H100)
-GLUON_WSP = dataclasses.replace(GLUON_WS, persistent=True)
+
 GLUON_WS_VARLEN = dataclasses.replace(GLUON_WS, varlen=True)
 GLUON_WS_256 = dataclasses.replace(GLUON_WS, block_n=64, num_stages=2)  # Q + 2 x (K + V) at 256: 192 KiB
 GLUON_WS_256_VARLEN = dataclasses.replace(GLUON_WS_256, varlen=True)
