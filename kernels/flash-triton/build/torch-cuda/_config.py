@@ -168,11 +168,11 @@ GLUON_64x64 = Config(block_m=64, block_n=64, num_warps=4, num_stages=3, gluon=Tr
 # A sliding window of at most `_features.SMALL_WINDOW` keys (and sinks beside it): the one-warpgroup program on 64x64
 # tiles, which walks 3 key blocks per 64 rows at a 128-key window where the warp-specialized varlen program walks 2
 # blocks of 128 per 64 rows, and fits 2 (head dim 128) to 4 (64) CTAs per SM, so one tile's prologue and epilogue run
-# under another's loop (TUNING.md step 25: gpt-oss's 128-key window 0.61 -> 1.28x FlashAttention-4, an H100). 3
-# stages at both head dims: the configs whose window and sinks passed the fp64 oracle on the GPU (2 stages at 64 timed
-# faster, 1.53x FA4 at gpt-oss's window and 0.97x at a 1024-key one against 1.29x and 0.92x, and has not yet been
-# through the oracle there: `test_window_and_sinks_on_the_one_warpgroup_program_match_the_fp64_oracle`)
-GLUON_WINDOW = {64: GLUON_64x64, 128: GLUON_64x64}
+# under another's loop (TUNING.md step 25: gpt-oss's 128-key window 0.61 -> 1.28x FlashAttention-4, an H100). Head
+# dim 64 on 2 stages (step 30: 1.50x / 1.52x FA4 at gpt-oss's window and 0.97x / 0.98x at a 1024-key one in two runs
+# on an H100, against 3 stages' 1.29x and 0.92x; its window-and-sinks fp64 oracle test passed there), 128 on 3 (2 lost
+# at 128: 0.91x / 0.78x against 0.97x / 0.88x at windows 512 / 1024)
+GLUON_WINDOW = {64: dataclasses.replace(GLUON_64x64, num_stages=2), 128: GLUON_64x64}
 
 
 def gluon_preferred(head_dim: int, causal: bool, sk: int, aligned: bool) -> Config | None:
