@@ -468,7 +468,7 @@ def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, ze
     s, acc, prev = _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES,
                              JOINT_RELEASE, turn, (turn_base + j - 1) & 1, PINGPONG, SECOND)
     if RELEASE_Q:
-        mbarrier.arrive(q_empty, count=1, pred=q_done)
+        mbarrier.arrive(q_empty, count=1, pred=q_done)  # (a constant True where the caller peeled the last block)
     s = _scores(s, first + j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
     if WINDOW:
         lo = (first + j) * BLOCK_N
@@ -766,12 +766,21 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
                                HALF_M, BLOCK_N)
         p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, WINDOW)
         acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
-        for j in range(1, n_blocks):
+        # the key loop without its last block, then that block, which releases Q after its QKᵀ: a Q release
+        # inside the loop (predicated on the last block) would put a warpgroup barrier before every block's arrive
+        for j in range(1, n_blocks - 1):
             p_op, m_i, l_i, acc = _ws_step(j, ring + j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty,
                                            zero_s, p_op, m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o,
-                                           p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, q_empty,
-                                           j == n_blocks - 1, True, turn, PINGPONG, HALF == 1, ring - (i - lo),
-                                           WINDOW, first, m0, win_left, win_right, HALF_M)
+                                           p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, None, False, False, turn,
+                                           PINGPONG, HALF == 1, ring - (i - lo), WINDOW, first, m0, win_left,
+                                           win_right, HALF_M)
+        if n_blocks > 1:
+            j = n_blocks - 1
+            p_op, m_i, l_i, acc = _ws_step(j, ring + j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty,
+                                           zero_s, p_op, m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o,
+                                           p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, q_empty, True, True, turn,
+                                           PINGPONG, HALF == 1, ring - (i - lo), WINDOW, first, m0, win_left,
+                                           win_right, HALF_M)
         last = ring + n_blocks - 1
         mbarrier.wait(v_bar.index(last % STAGES), (last // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
