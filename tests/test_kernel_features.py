@@ -563,7 +563,16 @@ def test_window_and_sinks_on_the_one_warpgroup_program_match_the_fp64_oracle(til
         pytest.skip("the Gluon programs are sm_90 only")
     bm, bn, stages, d = tiles
     cfg = mod.Config(block_m=bm, block_n=bn, num_warps=4, num_stages=stages, gluon=True, lpt=lpt)
-    gen = torch.Generator().manual_seed(13)
+    check_window_and_sinks(mod, cfg, d, 13, [(True, (128, 0), True, 2, 1024, 1024), (True, (200, 0), False, 2, 512, 1024),
+                                             (False, (70, 33), True, 2, 1024, 1024), (True, (-1, -1), True, 2, 512, 1024)])
+
+
+def check_window_and_sinks(mod, cfg, d: int, seed: int, cases: list) -> None:
+    """`cfg` on each (causal, window, sinks?, B, Sq, Sk) case at head dim d, 8 query heads over 2, in both TMA layouts,
+    within 2x fp16 eager's error against the fp64 oracle."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
 
     def rand(*shape, scale=1.0):
         return (torch.randn(*shape, generator=gen) * scale).to("cuda", torch.bfloat16)
@@ -571,10 +580,9 @@ def test_window_and_sinks_on_the_one_warpgroup_program_match_the_fp64_oracle(til
     hq, hkv = 8, 2
     sinks = (torch.randn(hq, generator=gen) * 2 + 3).cuda()
     scale = d ** -0.5
-    for causal, window, with_sinks, sq, sk in ((True, (128, 0), True, 1024, 1024), (True, (200, 0), False, 512, 1024),
-                                               (False, (70, 33), True, 1024, 1024), (True, (-1, -1), True, 512, 1024)):
+    for causal, window, with_sinks, b, sq, sk in cases:
         s_aux = sinks if with_sinks else None
-        q, k, v = rand(2, sq, hq, d, scale=3.0), rand(2, sk, hkv, d), rand(2, sk, hkv, d)
+        q, k, v = rand(b, sq, hq, d, scale=3.0), rand(b, sk, hkv, d), rand(b, sk, hkv, d)
         f = mod.parse_features("test", q, 0.0, window, s_aux)
         for qq, kk, vv in ((q, k, v), tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))):
             got = mod.attention(qq, kk, vv, scale, causal, config=cfg, features=f, s_aux=s_aux)
@@ -602,30 +610,9 @@ def test_window_and_sinks_on_the_persistent_program_match_the_fp64_oracle(d, pin
         pytest.skip("the Gluon programs are sm_90 only")
     cfg = mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True, warp_specialize=True,
                      persistent=True, pingpong=pingpong)
-    gen = torch.Generator().manual_seed(17)
-
-    def rand(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=gen) * scale).to("cuda", torch.bfloat16)
-
-    hq, hkv = 8, 2
-    sinks = (torch.randn(hq, generator=gen) * 2 + 3).cuda()
-    scale = d ** -0.5
-    for causal, window, with_sinks, b, sq, sk in ((True, (128, 0), True, 2, 1024, 1024),
-                                                  (True, (1000, 0), True, 4, 2048, 2048),
-                                                  (False, (70, 33), True, 2, 1024, 1024),
-                                                  (True, (200, 0), False, 2, 512, 1024),
-                                                  (True, (-1, -1), True, 2, 512, 1024)):
-        s_aux = sinks if with_sinks else None
-        q, k, v = rand(b, sq, hq, d, scale=3.0), rand(b, sk, hkv, d), rand(b, sk, hkv, d)
-        f = mod.parse_features("test", q, 0.0, window, s_aux)
-        for qq, kk, vv in ((q, k, v), tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))):
-            got = mod.attention(qq, kk, vv, scale, causal, config=cfg, features=f, s_aux=s_aux)
-            e = Errors()
-            for o, q1, k1, v1 in zip(got, q, k, v):
-                e.add(o.cpu(), q1.cpu(), k1.cpu(), v1.cpu(), causal, scale, 0.0, window,
-                      None if s_aux is None else s_aux.cpu())
-            r = e.result()
-            assert r["finite"] and r["err"] <= 2 * r["eager"] + 2e-3, (causal, window, with_sinks, sq, sk, r)
+    check_window_and_sinks(mod, cfg, d, 17, [(True, (128, 0), True, 2, 1024, 1024), (True, (1000, 0), True, 4, 2048, 2048),
+                                             (False, (70, 33), True, 2, 1024, 1024), (True, (200, 0), False, 2, 512, 1024),
+                                             (True, (-1, -1), True, 2, 512, 1024)])
 
 
 @pytest.mark.cuda
