@@ -422,6 +422,20 @@ def _ws_first_scores(q_tile, k_smem, q_bar, k_bar, m0, diag, n_blocks, s_layout:
 
 
 @gluon.jit
+def _take_turn(turn, phase, SECOND: gl.constexpr):
+    """Wait until this consumer (the first or the `SECOND` of the ping-pong's two) may issue: `turn[SECOND]` has
+    completed phase `phase` (`Config.pingpong`, `_turns`)."""
+    mbarrier.wait(turn.index(1 if SECOND else 0), phase)
+
+
+@gluon.jit
+def _pass_turn(turn, SECOND: gl.constexpr):
+    """Hand the turn to the other consumer (from the `SECOND` to the first, or back); the second's first call, before
+    any product, gives the first its first turn."""
+    mbarrier.arrive(turn.index(0 if SECOND else 1), count=1)
+
+
+@gluon.jit
 def _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES: gl.constexpr,
               JOINT_RELEASE: gl.constexpr, turn=None, turn_phase=0, PINGPONG: gl.constexpr = False,
               SECOND: gl.constexpr = False):
@@ -436,12 +450,12 @@ def _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op,
     prev = (ring - 1) % STAGES
     mbarrier.wait(k_bar.index(slot), (ring // STAGES) & 1)
     if PINGPONG:
-        mbarrier.wait(turn.index(1 if SECOND else 0), turn_phase)
+        _take_turn(turn, turn_phase, SECOND)
     s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     mbarrier.wait(v_bar.index(prev), ((ring - 1) // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
     if PINGPONG:
-        mbarrier.arrive(turn.index(0 if SECOND else 1), count=1)
+        _pass_turn(turn, SECOND)
     s = warpgroup_mma_wait(1, deps=[s])  # S done; the previous block's P V may still run under the softmax
     if not JOINT_RELEASE:
         mbarrier.arrive(k_empty.index(slot), count=1)  # ... and with this block's keys
@@ -496,7 +510,7 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
     consumers issue each key block's matmuls in turns (`_ws_issue`); the `SECOND` hands the first its first turn."""
     dtype: gl.constexpr = q_tile.dtype
     if PINGPONG and SECOND:
-        mbarrier.arrive(turn.index(0), count=1)
+        _pass_turn(turn, True)
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -739,7 +753,7 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
     lo = gl.load(Plan + gl.program_id(0))
     hi = gl.load(Plan + gl.program_id(0) + 1)
     if PINGPONG and HALF == 1:
-        mbarrier.arrive(turn.index(0), count=1)
+        _pass_turn(turn, True)
     ring = 0
     for i in range(lo, hi):
         q_row, kv_row, q_col, kv_col, m0, n_blocks, tile, first, h = _plan_tile(
@@ -771,16 +785,17 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
         for j in range(1, n_blocks - 1):
             p_op, m_i, l_i, acc = _ws_step(j, ring + j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty,
                                            zero_s, p_op, m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o,
-                                           p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, None, False, False, turn,
-                                           PINGPONG, HALF == 1, ring - (i - lo), WINDOW, first, m0, win_left,
-                                           win_right, HALF_M)
+                                           p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, turn=turn, PINGPONG=PINGPONG,
+                                           SECOND=HALF == 1, turn_base=ring - (i - lo), WINDOW=WINDOW, first=first,
+                                           m0=m0, win_left=win_left, win_right=win_right, HALF_M=HALF_M)
         if n_blocks > 1:
             j = n_blocks - 1
             p_op, m_i, l_i, acc = _ws_step(j, ring + j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty,
                                            zero_s, p_op, m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o,
-                                           p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, q_empty, True, True, turn,
-                                           PINGPONG, HALF == 1, ring - (i - lo), WINDOW, first, m0, win_left,
-                                           win_right, HALF_M)
+                                           p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, q_empty=q_empty, q_done=True,
+                                           RELEASE_Q=True, turn=turn, PINGPONG=PINGPONG, SECOND=HALF == 1,
+                                           turn_base=ring - (i - lo), WINDOW=WINDOW, first=first, m0=m0,
+                                           win_left=win_left, win_right=win_right, HALF_M=HALF_M)
         last = ring + n_blocks - 1
         mbarrier.wait(v_bar.index(last % STAGES), (last // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)

@@ -52,8 +52,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._checks import descale_strides, tma_layout
 from ._config import INTERPRETED, l2_heads
-from ._gluon import (_scores, _softmax_first, _softmax_next, _tma_fill, _tma_load, _tma_store, _turns,
-                      _ws_first_scores, tile_order, tma_desc)
+from ._gluon import (_pass_turn, _scores, _softmax_first, _softmax_next, _take_turn, _tma_fill, _tma_load,
+                      _tma_store, _turns, _ws_first_scores, tile_order, tma_desc)
 
 BLOCK_M = 128  # two consumer warpgroups of 64 rows
 BLOCK_N = 128  # a multiple of 32 (the K step of an 8-bit wgmma) for P·V; N = 128 for QKᵀ
@@ -194,7 +194,7 @@ def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, 
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)  # 4 x 8 bits per 32
     rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     if PINGPONG and SECOND:
-        mbarrier.arrive(turn.index(0), count=1)
+        _pass_turn(turn, True)
     s, full, offs_m, offs_n, zero_s = _ws_first_scores(q_tile, k_smem, q_bar, k_bar, m0, diag, n_blocks, s_layout,
                                                        HALF_M, BLOCK_N, CAUSAL)
     mbarrier.arrive(k_empty.index(0), count=1)
@@ -207,13 +207,13 @@ def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, 
         before = (j - 1) % STAGES
         mbarrier.wait(k_bar.index(cur), (j // STAGES) & 1)
         if PINGPONG:
-            mbarrier.wait(turn.index(1 if SECOND else 0), (j - 1) & 1)
+            _take_turn(turn, (j - 1) & 1, SECOND)
         s = warpgroup_mma(q_tile, k_smem.index(cur).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         mbarrier.wait(v_bar.index(before), ((j - 1) // STAGES) & 1)
         p_op = _p_fp8(p, p_layout)  # under S_j on the tensor cores
         acc = warpgroup_mma(p_op, vt_smem.index(before).permute((1, 0)), acc, is_async=True)
         if PINGPONG:
-            mbarrier.arrive(turn.index(0 if SECOND else 1), count=1)
+            _pass_turn(turn, SECOND)
         s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} still runs under this softmax
         mbarrier.arrive(k_empty.index(cur), count=1)
         s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
