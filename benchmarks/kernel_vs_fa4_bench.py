@@ -168,10 +168,12 @@ def run_timeline(case: Case, mod, gen, gpu: str, persistent: bool = False) -> di
 def explore_configs(mod, case: Case, q, k) -> dict:
     """Named configs of our kernel to time beside its default on this case (`--explore`): for windows the
     one-warpgroup program on 64x64 tiles with 2 and 3 stages, the warp-specialized varlen program and the persistent
-    one (with and without `pingpong`); for plain
+    one (with and without `pingpong`), the one-warpgroup and varlen programs with `Config.v_wait_early`; for plain
     calls the default program with `Config.lpt` switched the other way and its persistent form (one CTA per SM
-    walking a longest-first tile plan, `_plan.py`) and its consumers' matmuls in turns (`Config.pingpong`); where
-    the default is the one-warpgroup program, the warp-specialized program and those two forms of it). Left out after they lost on an H100 (TUNING.md steps 28-29): the
+    walking a longest-first tile plan, `_plan.py`), its consumers' matmuls in turns (`Config.pingpong`) and each
+    block's values waited for at the end of its softmax (`Config.v_wait_early`: the exponentials kept under the
+    previous block's P·V, TUNING.md step 31); where the default is the one-warpgroup program, the warp-specialized
+    program and those forms of it). Left out after they lost on an H100 (TUNING.md steps 28-29): the
     varlen program on 192-row tiles (0.84-0.90x FA4 against the default's 0.89-0.91, git 461b305), `Config.exp_poly`
     (0.78-0.99x the default in bf16 at every shape, git 5fd04a1) and `Config.split_mask` (0.93-1.00x)."""
     if case.decode or case.softcap:
@@ -182,6 +184,9 @@ def explore_configs(mod, case: Case, q, k) -> dict:
         if case.window != (-1, -1) and case.d in (64, 128):
             for st in (2, 3):
                 out[f"one-wg 64x64 s{st}"] = dataclasses.replace(known.GLUON_64x64, num_stages=st)
+                out[f"one-wg 64x64 s{st} v-wait-early"] = dataclasses.replace(known.GLUON_64x64, num_stages=st,
+                                                                              v_wait_early=True)
+        out["varlen ws v-wait-early"] = dataclasses.replace(out["varlen ws"], v_wait_early=True)
         if case.d in (64, 128):  # the persistent program walks each tile's window blocks from its plan
             out["ws persistent"] = dataclasses.replace(known.GLUON_WS, persistent=True)
             out["ws persistent pingpong"] = dataclasses.replace(known.GLUON_WS, persistent=True, pingpong=True)
@@ -190,6 +195,8 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     out = {}
     if getattr(cfg, "gluon", False) and case.causal:
         out[f"default {'without' if cfg.lpt else 'with'} lpt"] = dataclasses.replace(cfg, lpt=not cfg.lpt)
+    if getattr(cfg, "gluon", False) and not getattr(cfg, "persistent", False):  # the exponentials kept under P·V
+        out["default v-wait-early"] = dataclasses.replace(cfg, v_wait_early=True)
     if getattr(cfg, "dense_ws", False) and case.d in (64, 128):  # the forms the persistent program takes
         out["default persistent"] = dataclasses.replace(cfg, persistent=True, lpt=False)
     if getattr(cfg, "dense_ws", False):
@@ -199,6 +206,7 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     elif getattr(cfg, "dense_gluon", False) and case.d in (64, 128):  # a one-warpgroup default: the
         out["ws"] = known.GLUON_WS  # warp-specialized program against it too, its ping-pong and persistent forms
         out["ws pingpong"] = dataclasses.replace(known.GLUON_WS, pingpong=True)
+        out["ws v-wait-early"] = dataclasses.replace(known.GLUON_WS, v_wait_early=True)
         out["ws persistent"] = dataclasses.replace(known.GLUON_WS, persistent=True)
         out["ws persistent pingpong"] = dataclasses.replace(known.GLUON_WS, persistent=True, pingpong=True)
     return out

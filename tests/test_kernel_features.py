@@ -261,7 +261,13 @@ def _child() -> dict:
                      ("pingpong-one-wg", dict(block_m=64, block_n=128, gluon=True, pingpong=True)),
                      ("pingpong-varlen", dict(ws, varlen=True, pingpong=True)),
                      ("pingpong-persistent", dict(ws, persistent=True, pingpong=True)),
-                     ("pingpong-ws", dict(ws, pingpong=True))):
+                     ("pingpong-ws", dict(ws, pingpong=True)),
+                     # Config.v_wait_early: every Gluon program but the persistent one
+                     ("v-wait-triton", dict(v_wait_early=True)),
+                     ("v-wait-persistent", dict(ws, persistent=True, v_wait_early=True)),
+                     ("v-wait-one-wg", dict(block_m=64, block_n=128, gluon=True, v_wait_early=True)),
+                     ("v-wait-varlen", dict(ws, varlen=True, v_wait_early=True)),
+                     ("v-wait-ws", dict(ws, v_wait_early=True))):
         try:
             exps[name] = mod.Config(**kw).label()
         except ValueError as err:
@@ -343,6 +349,10 @@ def test_exp_poly_is_refused_by_name_where_no_program_takes_it(interp):
     for name in ("pingpong-one-wg", "pingpong-varlen"):
         assert "pingpong is an option of the dense warp-specialized Gluon program" in made[name], made[name]
     assert made["pingpong-ws"].endswith("pingpong") and made["pingpong-persistent"].endswith("persistent pingpong")
+    for name in ("v-wait-triton", "v-wait-persistent"):
+        assert "v_wait_early is an option of the Gluon programs other than the persistent one" in made[name], made[name]
+    for name in ("v-wait-one-wg", "v-wait-varlen", "v-wait-ws"):
+        assert made[name].endswith("v-wait-early"), made[name]
 
 
 def test_cap_poly_is_refused_by_name_where_it_cannot_apply(interp):
@@ -564,6 +574,28 @@ def test_window_and_sinks_on_the_one_warpgroup_program_match_the_fp64_oracle(til
     bm, bn, stages, d = tiles
     cfg = mod.Config(block_m=bm, block_n=bn, num_warps=4, num_stages=stages, gluon=True, lpt=lpt)
     check_window_and_sinks(mod, cfg, d, 13, [(True, (128, 0), True, 2, 1024, 1024), (True, (200, 0), False, 2, 512, 1024),
+                                             (False, (70, 33), True, 2, 1024, 1024), (True, (-1, -1), True, 2, 512, 1024)])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("program", ["one-wg", "varlen"])
+def test_window_and_sinks_with_the_values_waited_for_early_match_the_fp64_oracle(program):
+    """`Config.v_wait_early` (each key block's values waited for at the end of its softmax) where a window moves the
+    walk's first block: the one-warpgroup program in gpt-oss's default tiles (64x64, 2 stages, head dim 64) and the
+    warp-specialized varlen program (128x128, head dim 128); the cases of the tests above, both TMA layouts."""
+    import torch
+
+    from attnprof.variants import kernel_hub
+
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(REPO)))
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon programs are sm_90 only")
+    if program == "one-wg":
+        d, cfg = 64, mod.Config(block_m=64, block_n=64, num_warps=4, num_stages=2, gluon=True, v_wait_early=True)
+    else:
+        d, cfg = 128, mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True,
+                                 warp_specialize=True, varlen=True, v_wait_early=True)
+    check_window_and_sinks(mod, cfg, d, 19, [(True, (128, 0), True, 2, 1024, 1024), (True, (200, 0), False, 2, 512, 1024),
                                              (False, (70, 33), True, 2, 1024, 1024), (True, (-1, -1), True, 2, 512, 1024)])
 
 

@@ -131,6 +131,19 @@ def test_the_consumers_matmuls_in_turns_keep_the_oracle(fp8):
         assert _rel(out, ref) <= 1.5 * _rel(emu, ref) + 1e-3, (case, _rel(out, ref), _rel(emu, ref))
 
 
+def test_the_values_waited_for_early_keep_the_oracle(fp8):
+    """`v_wait_early`: each key block's values waited for at the end of its softmax (the schedule alone changes)
+    within the same bound, at head dims 64 and 128, causal and not, a prefill chunk (Sq < Sk) and head-major views."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm_90 only")
+    for case in (*CASES[:4], CASES[8], CASES[10]):
+        (q8, k8, v8, qd, kd, vd), (qx, kx, vx) = _inputs(case)
+        causal = case[6]
+        out = fp8.fp8_attention(q8, k8, v8, None, causal, qd, kd, vd, v_wait_early=True)
+        ref, emu = _oracle(qx, kx, vx, causal)
+        assert _rel(out, ref) <= 1.5 * _rel(emu, ref) + 1e-3, (case, _rel(out, ref), _rel(emu, ref))
+
+
 def test_gluon_fp8_applies_the_descales(fp8):
     """A value descale off by 2x, or a query descale off by 4x (the logits' scale), is far outside the rule."""
     case = (2, 1024, 1024, 32, 8, 128, True, False, "rows")

@@ -55,7 +55,7 @@ def compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: 
 def _compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages: int, causal: bool, tmp: Path,
                   ws: bool = False, persistent: bool = False, heads_in_rows: bool = False, joint: bool = False,
                   sinks: bool = False, window: bool = False, lpt: bool = False, exp_poly: int = 0,
-                  timeline: bool = False, split_mask: bool = False, pingpong: bool = False):
+                  timeline: bool = False, split_mask: bool = False, pingpong: bool = False, v_wait_early: bool = False):
     mod = _module()
     fn = mod.attention_fwd_sm90_wsp if persistent else mod.attention_fwd_sm90_ws if ws else mod.attention_fwd_sm90
     q_rows = block_m // 2 if ws else block_m  # the warp-specialized form loads Q and stores O per 64-row half
@@ -74,7 +74,7 @@ def _compile_sm90(block_m: int, block_n: int, head_dim: int, warps: int, stages:
     # [B, H, S, D] tensors, descriptors over [B*H*S, D]; JOINT_RELEASE: the K/V release of TUNING.md step 12)
     const.update({k: v for k, v in (("HEADS_IN_ROWS", heads_in_rows), ("JOINT_RELEASE", joint), ("WINDOW", window),
                                     ("LPT", lpt), ("EXP_POLY", exp_poly), ("SPLIT_MASK", split_mask),
-                                    ("PINGPONG", pingpong))
+                                    ("PINGPONG", pingpong), ("V_WAIT_EARLY", v_wait_early))
                   if k in fn.arg_names})
     if "Timeline" in fn.arg_names:  # the schedule's diagnostic buffer: None when off, as launched
         const["TIMELINE"] = timeline
@@ -210,6 +210,53 @@ def key_loops(sass: str) -> list[list[str]]:
             items.append(ins)
     loops = [body for body in loops if any("DEPBAR.LE gsb0, 0x1" in x for x in body)]
     return [body for body in loops if not any(len(o) < len(body) and o[-1] in body for o in loops)]
+
+
+def exps_under_the_product(body: list[str]) -> tuple[int, int]:
+    """(exponentials, those issued before the wait for P_{j-1}·V_{j-1}) in a key loop's instructions (`key_loops`):
+    the wait is the loop's `WARPGROUP.DEPBAR.LE gsb0, 0x0`, the exponentials its `MUFU.EX2`."""
+    wait = next(i for i, x in enumerate(body) if "DEPBAR.LE gsb0, 0x0" in x)
+    exps = [i for i, x in enumerate(body) if "MUFU.EX2" in x]
+    return len(exps), sum(i < wait for i in exps)
+
+
+@pytest.mark.parametrize("program", ["ws-d128-causal", "ws-d64-full", "one-wg-window-sinks", "varlen-d128"])
+def test_the_values_waited_for_early_keep_the_exponentials_under_the_product(program, tmp_path):
+    """`Config.v_wait_early` (TUNING.md step 31): ptxas hoists the wait for P_{j-1}·V_{j-1} to the top of its basic
+    block, above most of S_j's exponentials, so the softmax runs after that product instead of under it; the values'
+    mbarrier wait at the end of the softmax ends the block, and every exponential of the key loop is issued before
+    the product is waited for. The same products and exponentials, no more spilled."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    if program.startswith("varlen"):
+        from test_kernel_serving_sm90 import compile_gluon_varlen
+
+        def sass_of(early: bool) -> tuple[str, str]:
+            kernel = compile_gluon_varlen(True, False, 128, 128, v_wait_early=early)
+            cubin = tmp_path / "v.cubin"
+            cubin.write_bytes(kernel.asm["cubin"])
+            return tuple(subprocess.run([str(BIN / tool), *flags, str(cubin)], capture_output=True, text=True,
+                                        check=True).stdout
+                         for tool, flags in (("nvdisasm", ["-c"]), ("cuobjdump", ["--dump-resource-usage"])))
+    else:
+        shape, options = {"ws-d128-causal": ((128, 128, 128, 4, 3, True), dict(ws=True)),
+                          "ws-d64-full": ((128, 128, 64, 4, 3, False), dict(ws=True)),
+                          "one-wg-window-sinks": ((64, 64, 64, 4, 2, True), dict(window=True, sinks=True))}[program]
+
+        def sass_of(early: bool) -> tuple[str, str]:
+            return compile_sm90(*shape, tmp_path, **options, v_wait_early=early)[1:]
+
+    (sass, usage), (plain, plain_usage) = sass_of(True), sass_of(False)
+    loops, plain_loops = key_loops(sass), key_loops(plain)
+    assert loops and len(loops) == len(plain_loops)
+    for body, plain_body in zip(loops, plain_loops):
+        exps, under = exps_under_the_product(body)
+        plain_exps, plain_under = exps_under_the_product(plain_body)
+        assert exps == plain_exps and under == exps, (exps, under)
+        assert plain_under < plain_exps, "without the option the wait no longer rises: is it still needed?"
+    assert sass.count("GMMA") == plain.count("GMMA") and sass.count("MUFU.EX2") == plain.count("MUFU.EX2")
+    spills = [int(re.search(rf"{kind}:(\d+)", u).group(1)) for u in (usage, plain_usage) for kind in ("STACK", "LOCAL")]
+    assert spills[0] <= spills[2] and spills[1] <= spills[3], (usage, plain_usage)
 
 
 def test_the_persistent_key_loop_pays_no_more_barriers_per_block_than_the_dense_one(tmp_path):

@@ -40,7 +40,7 @@ def _module():
 
 
 def compile_fp8(head_dim: int, causal: bool, stages: int = 3, heads_in_rows: bool = False, exp_poly: int = 0,
-                pingpong: bool = False):
+                pingpong: bool = False, v_wait_early: bool = False):
     """`attention_fwd_fp8_sm90_ws` compiled for sm_90 as `gluon_fp8_attention` launches it (bf16 out)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -56,7 +56,7 @@ def compile_fp8(head_dim: int, causal: bool, stages: int = 3, heads_in_rows: boo
                desc_o=desc(64, head_dim, "bf16", gl.bfloat16), QD="*fp32", KD="*fp32", VD="*fp32", qk_scale="fp32")
     const = dict(HEAD_DIM=head_dim, BLOCK_M=mod.BLOCK_M, BLOCK_N=mod.BLOCK_N, STAGES=stages, CAUSAL=causal,
                  num_warps=4, HEADS_IN_ROWS=heads_in_rows, LPT=False, EXP_POLY=exp_poly,
-                 PINGPONG=pingpong)  # every constexpr passed
+                 PINGPONG=pingpong, V_WAIT_EARLY=v_wait_early)  # every constexpr passed
     sig.update({k: "constexpr" for k in const})
     return triton.compile(GluonASTSource(fn, sig, {(names.index(k),): v for k, v in const.items()}),
                           target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
@@ -162,6 +162,26 @@ def test_pingpong_hands_the_turn_on_between_the_products_and_the_wait(compiled, 
     assert int(re.search(r"LOCAL:(\d+)", _tool(kernel, tmp_path, "cuobjdump", "--dump-resource-usage")).group(1)) == 0
 
 
+def test_the_values_waited_for_early_keep_the_exponentials_under_the_product(compiled, tmp_path):
+    """`v_wait_early` (`V_WAIT_EARLY`, TUNING.md step 31): by default ptxas hoists each consumer's wait for
+    P_{j-1}·V_{j-1} above S_j's exponentials; with the values waited for at the end of the softmax every exponential
+    of the key loop is issued before that wait. The schedule, the products, the shuffle-free P and the register
+    budget stay."""
+    from test_kernel_gluon import exps_under_the_product, key_loops
+
+    kernel = compile_fp8(128, True, exp_poly=4, v_wait_early=True)
+    sass = _tool(kernel, tmp_path, "nvdisasm", "-c")
+    plain = _tool(compile_fp8(128, True, exp_poly=4), tmp_path, "nvdisasm", "-c")
+    loops, plain_loops = key_loops(sass), key_loops(plain)
+    assert len(loops) == len(plain_loops) == 2  # one per consumer
+    for body, plain_body in zip(loops, plain_loops):
+        (exps, under), (plain_exps, plain_under) = exps_under_the_product(body), exps_under_the_product(plain_body)
+        assert exps == plain_exps and under == exps and plain_under < plain_exps, (under, plain_under, exps)
+    assert overlapped_pairs(sass) == 2 and "SHFL.IDX" not in sass and "PRMT" not in sass
+    assert sass.count("QGMMA") == plain.count("QGMMA") and sass.count("MUFU.EX2") == plain.count("MUFU.EX2")
+    assert int(re.search(r"LOCAL:(\d+)", _tool(kernel, tmp_path, "cuobjdump", "--dump-resource-usage")).group(1)) == 0
+
+
 def test_the_overlap_check_fails_without_the_overlap():
     """`overlapped_pairs` on hand-written sequences: waiting for S before issuing P·V is not an overlap."""
     s = ["QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24, gsb0 ;"]
@@ -235,6 +255,8 @@ def test_fp8_attention_takes_a_program_and_refuses_gluon_with_the_reason():
             fp8.fp8_attention(q, q, q, exp_poly=2, program="triton")
         with pytest.raises(ValueError, match="pingpong is an option of the Gluon FP8 program.*CUDA GPU"):
             fp8.fp8_attention(q, q, q, pingpong=True)
+        with pytest.raises(ValueError, match="v_wait_early is an option of the Gluon FP8 program.*CUDA GPU"):
+            fp8.fp8_attention(q, q, q, v_wait_early=True)
         # its default (None: `FP8_EXP_POLY` on the Gluon program) and 0 (off) ask nothing of the Triton program
         assert torch.equal(fp8.fp8_attention(q, q, q, exp_poly=0), fp8.fp8_attention(q, q, q))
     with pytest.raises(ValueError, match="exp_poly is 0, 2 or 4"):

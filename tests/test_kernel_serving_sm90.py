@@ -197,11 +197,12 @@ def test_varlen_prefill_compiles_on_both_load_paths(tma, features, window):
 
 def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, features: bool = False,
                          cap_bound: bool = False, p_pack_alu: bool = False, softcap_only: bool = False,
-                         cap_poly: int = 0, block_m: int = 128, stages: int | None = None, lpt: bool = False):
+                         cap_poly: int = 0, block_m: int = 128, stages: int | None = None, lpt: bool = False,
+                         v_wait_early: bool = False):
     """The warp-specialized varlen Gluon program compiled for sm_90 as `_launch_gluon*` launches it; `features`:
     softcap, window and sinks all on (`_features.py`), with `cap_bound` the softcap without a running max
     (`softcap_only`: softcap alone; `cap_poly`: one exp2 in that many of it on the FMA pipes); `p_pack_alu`: P
-    rounded to bf16 on the integer pipe. Every constexpr is passed: one left at its default shares Triton's compile
+    rounded to bf16 on the integer pipe; `v_wait_early`: `Config.v_wait_early`. Every constexpr is passed: one left at its default shares Triton's compile
     cache with a call that spells another value."""
     import sys
     import types
@@ -227,7 +228,7 @@ def compile_gluon_varlen(dense: bool, heads_in_rows: bool, d: int, valid: int, f
     const = dict(HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, CAUSAL=True, num_warps=4, DENSE=dense,
                  HEADS_IN_ROWS=heads_in_rows, HEAD_DIM_VALID=valid,  # valid 80/96: zero-padded 128-wide tiles
                  JOINT_RELEASE=False, SOFTCAP=features or softcap_only, WINDOW=features, SINKS=features,
-                 CAP_BOUND=cap_bound, P_PACK_ALU=p_pack_alu, CAP_POLY=cap_poly, LPT=lpt)
+                 CAP_BOUND=cap_bound, P_PACK_ALU=p_pack_alu, CAP_POLY=cap_poly, LPT=lpt, V_WAIT_EARLY=v_wait_early)
     if not features:
         const["Sinks"] = None
     if dense:

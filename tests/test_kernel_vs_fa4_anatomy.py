@@ -67,3 +67,27 @@ def test_an_explore_config_that_computes_something_else_is_told_apart():
     err = bench.agreement(impls, ["ours rounded", "ours wrong"])
     assert err["ours rounded"] < bench.AGREE < err["ours wrong"], err
     assert bench.agreement({"ours rounded": lambda: x}, ["ours rounded"]) == {}
+
+
+def test_the_explore_sets_are_configs_the_kernel_takes():
+    """`explore_configs` on every case, with the default each plain case gets on an H100 (`choose_config` there: the
+    warp-specialized program, or the one-warpgroup one): every explore row is a `Config` the kernel constructs (its
+    option rules hold), and the schedules under test (`v_wait_early`, `pingpong`, `persistent`) are among them."""
+    import dataclasses
+    import types
+
+    from attnprof.variants import kernel_hub
+
+    mod = kernel_hub.load(kernel_hub.parse_spec(str(Path(__file__).resolve().parents[1] / "kernels" / "flash-triton")))
+    known = mod._config
+    labels = set()
+    for default in (known.GLUON_WS, known.GLUON_WS_LPT, known.GLUON_64x64):
+        gpu = types.SimpleNamespace(_config=known, choose_config=lambda q, k, causal, cfg=default: cfg)
+        for case in bench.CASES + bench.ANATOMY:
+            out = bench.explore_configs(gpu, case, None, None)
+            assert all(isinstance(c, mod.Config) for c in out.values()), (case, out)
+            labels |= set(out)
+            if not (case.decode or case.softcap or case.window != (-1, -1) or case.sinks):
+                assert out["default v-wait-early"] == dataclasses.replace(default, v_wait_early=True), case
+    assert {"default pingpong", "default persistent", "ws v-wait-early", "varlen ws v-wait-early",
+            "one-wg 64x64 s2 v-wait-early"} <= labels, labels

@@ -10,7 +10,7 @@ set -u
 claim kernel-fp8-prefill
 part() { [[ ",${PARTS:-tests,bench,attnprof}," == *",$1,"* ]]; }
 # the FP8 prefill programs' oracle tests (the Triton program, the Gluon one, against each other and fp64)
-part tests && cuda_tests "$dest/tests.log" 120 tests/test_kernel_fp8_gluon_cuda.py tests/test_kernel_fp8_prefill.py
+part tests && cuda_tests "$dest/tests.log" 150 tests/test_kernel_fp8_gluon_cuda.py tests/test_kernel_fp8_prefill.py
 if part bench; then
 timeout $(( $(left) > 240 ? 240 : $(left) )) python3 benchmarks/kernel_fp8_prefill_bench.py --rounds 3 ${EXPLORE---explore} \
   --out "$dest/fp8-prefill.jsonl" > "$dest/fp8-prefill.log" 2>&1

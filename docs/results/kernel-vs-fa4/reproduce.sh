@@ -10,7 +10,7 @@
 #   bash scripts/gpu/run_all.sh kernel-vs-fa4      (or alone: OUT=/some/dir bash docs/results/kernel-vs-fa4/reproduce.sh)
 # The whole folder takes ~15 minutes, more than one 10-minute device call: PARTS picks the steps (default all five,
 # "tests kernel stages bench verify"); calls back to back on one machine make it in parts, e.g.
-# PARTS=tests, then PARTS="kernel stages", then PARTS="bench verify".
+# PARTS=tests (up to ~8 minutes), then PARTS="kernel stages", then PARTS="bench verify".
 set -u
 . scripts/gpu/lib.sh
 claim kernel-vs-fa4
@@ -33,10 +33,16 @@ bench() {  # bench NAME ARGS...: one `attnprof bench` sweep at B·S = 16k, 16 he
 PARTS=" ${PARTS:-tests kernel stages bench verify} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 # first the oracle tests of the configs the explore rows time beside the default (LPT order, the persistent program
-# on its tile plan, the consumers' products in turns): a row is only worth reading if its config computes the right
-# answer on this machine (~120 tests, most of it compiling: a part of its own, so it can go in another call)
-part tests && cuda_tests "$dest/explore-tests.log" 240 tests/test_kernel_cuda.py tests/test_kernel_features.py \
-  -k "wsp or persistent or lpt or pingpong"
+# on its tile plan, the consumers' products in turns, the values waited for early): a row is only worth reading if
+# its config computes the right answer on this machine (~190 tests, most of it compiling: a part of its own, alone
+# in a device call). The configs no GPU has checked yet go first (`Config.v_wait_early`, TUNING.md step 31; the
+# persistent program's window at head dim 128), so a time cap cuts the ones already checked.
+if part tests; then
+cuda_tests "$dest/explore-tests-new.log" 200 tests/test_kernel_cuda.py tests/test_kernel_features.py \
+  -k "waited_for_early or v-wait-early or (persistent_program and 128)"
+cuda_tests "$dest/explore-tests.log" 300 tests/test_kernel_cuda.py tests/test_kernel_features.py \
+  -k "(wsp or persistent or lpt or pingpong) and not (waited_for_early or v-wait-early or (persistent_program and 128))"
+fi
 if part kernel; then
 timeout 420 python3 benchmarks/kernel_vs_fa4_bench.py --explore --anatomy --timeline --rounds 3 --out "$dest/kernel-vs-fa4.jsonl" \
   > "$dest/kernel-vs-fa4.log" 2>&1

@@ -481,11 +481,13 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     if cfg.warp_specialize:
         rest = (scale2, hq, hq // hkv, sq, sk, s_aux, l2, timeline)
         meta = {"JOINT_RELEASE": cfg.joint_release, "SINKS": f.sinks, "EXP_POLY": cfg.exp_poly,
-                "TIMELINE": timeline is not None, "SPLIT_MASK": cfg.split_mask, "PINGPONG": cfg.pingpong}
+                "TIMELINE": timeline is not None, "SPLIT_MASK": cfg.split_mask, "PINGPONG": cfg.pingpong,
+                "V_WAIT_EARLY": cfg.v_wait_early}
     else:
         _, _, left, right = kernel_args(f, scale)
         rest = (scale2, hq, hq // hkv, sq, sk, l2, s_aux, left, right)
-        meta = {"WINDOW": f.window != (-1, -1), "SINKS": f.sinks, "EXP_POLY": cfg.exp_poly}
+        meta = {"WINDOW": f.window != (-1, -1), "SINKS": f.sinks, "EXP_POLY": cfg.exp_poly,
+                "V_WAIT_EARLY": cfg.v_wait_early}
     if run.launch_bases(key, grid, (q, k, v, out, *rest)):
         return
     q_rows = cfg.block_m // 2 if cfg.warp_specialize else cfg.block_m  # each consumer warpgroup loads its half

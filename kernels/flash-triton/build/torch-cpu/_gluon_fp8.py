@@ -52,8 +52,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._checks import descale_strides, tma_layout
 from ._config import INTERPRETED, l2_heads
-from ._gluon import (_pass_turn, _scores, _softmax_first, _softmax_next, _take_turn, _tma_fill, _tma_load,
-                      _tma_store, _turns, _ws_first_scores, tile_order, tma_desc)
+from ._gluon import (_pass_turn, _scores, _softmax_first, _softmax_next, _take_turn, _tma_fill, _tma_load, _tma_store,
+                     _turns, _v_wait_early, _ws_first_scores, tile_order, tma_desc)
 
 BLOCK_M = 128  # two consumer warpgroups of 64 rows
 BLOCK_N = 128  # a multiple of 32 (the K step of an 8-bit wgmma) for P·V; N = 128 for QKᵀ
@@ -176,7 +176,7 @@ def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, 
                   o_row, o_col, m0, diag, n_blocks,
                   HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                   CAUSAL: gl.constexpr, EXP_POLY: gl.constexpr = 0, turn=None, PINGPONG: gl.constexpr = False,
-                  SECOND: gl.constexpr = False):
+                  SECOND: gl.constexpr = False, V_WAIT_EARLY: gl.constexpr = False):
     """64 rows of the tile (rows m0 ...), one warpgroup: `_gluon._ws_consumer`'s schedule with e4m3 operands.
     `EXP_POLY`: one score exponential in that many (2, 4) on the FMA pipes (`_gluon._exp2`): with FP8 matmuls twice
     as fast, the special-function unit's 16,384 exponentials per 128x128 block take as long as both products. The
@@ -186,7 +186,8 @@ def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, 
     repacked with ~130 PRMT a key block.) Vᵀ's stage is permuted to the `[BLOCK_N, D]` B operand with the keys (the
     reduction) contiguous. The output, acc x v_descale / l, goes out through this half's O buffer by TMA.
     `PINGPONG`: the two consumers issue each key block's matmuls in turns, as `_gluon._ws_issue` (the `SECOND` hands
-    the first its first turn)."""
+    the first its first turn). `V_WAIT_EARLY`: each block's values waited for at the end of its softmax
+    (`_gluon._v_wait_early`: the exponentials then stay under P_{j-1}·V_{j-1} in the machine code)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 32])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -200,6 +201,8 @@ def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, 
     mbarrier.arrive(k_empty.index(0), count=1)
     s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
     p, m_i, l_i = _softmax_first(s, qk_scale, gl.float32, s_layout, POLY=EXP_POLY)  # fp32 P, still in the accumulator's layout
+    if V_WAIT_EARLY:
+        _v_wait_early(v_bar, 0, STAGES)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -209,7 +212,8 @@ def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, 
         if PINGPONG:
             _take_turn(turn, (j - 1) & 1, SECOND)
         s = warpgroup_mma(q_tile, k_smem.index(cur).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        mbarrier.wait(v_bar.index(before), ((j - 1) // STAGES) & 1)
+        if not V_WAIT_EARLY:
+            mbarrier.wait(v_bar.index(before), ((j - 1) // STAGES) & 1)
         p_op = _p_fp8(p, p_layout)  # under S_j on the tensor cores
         acc = warpgroup_mma(p_op, vt_smem.index(before).permute((1, 0)), acc, is_async=True)
         if PINGPONG:
@@ -218,12 +222,15 @@ def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, 
         mbarrier.arrive(k_empty.index(cur), count=1)
         s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
         p, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, gl.float32, s_layout, POLY=EXP_POLY)
+        if V_WAIT_EARLY:
+            _v_wait_early(v_bar, j, STAGES)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(before), count=1)
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
 
     final = (n_blocks - 1) % STAGES
-    mbarrier.wait(v_bar.index(final), ((n_blocks - 1) // STAGES) & 1)
+    if not V_WAIT_EARLY:  # (with it, waited for at the end of the last block's softmax)
+        mbarrier.wait(v_bar.index(final), ((n_blocks - 1) // STAGES) & 1)
     acc = warpgroup_mma(_p_fp8(p, p_layout), vt_smem.index(final).permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     out = acc * gl.convert_layout(v_descale / l_i, rows_o)[:, None]  # every row saw a key: l_i > 0
@@ -249,13 +256,14 @@ def attention_fwd_fp8_sm90_ws(desc_q, desc_k, desc_vt, desc_o, QD, KD, VD, qk_sc
                               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                               STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                               HEADS_IN_ROWS: gl.constexpr = False, LPT: gl.constexpr = False,
-                              EXP_POLY: gl.constexpr = 0, PINGPONG: gl.constexpr = False):
+                              EXP_POLY: gl.constexpr = 0, PINGPONG: gl.constexpr = False,
+                              V_WAIT_EARLY: gl.constexpr = False):
     """grid = (Sq / BLOCK_M, B * H), with `LPT` (Sq / BLOCK_M * B * H,) (`_gluon.tile_order`); BLOCK_M = 128,
     num_warps = 4 (the default partition is consumer 0; consumer 1 and the producer warp are workers). desc_q (64-row
     tiles) and desc_k: `fp8_desc` (`HEADS_IN_ROWS`: the `[B*H*S, D]` views); desc_vt: `vt_desc`; desc_o: `[B*Sq, H*D]`
     of the contiguous bf16/fp16 output, 64-row tiles. qk_scale = softmax scale x log2(e); the descales are fp32 at
     D[b * stride_db + hkv * stride_dh] (strides 0: one per tensor), loaded once per program as `_fp8.py` does.
-    `EXP_POLY`, `PINGPONG`: as `_fp8_consumer`."""
+    `EXP_POLY`, `PINGPONG`, `V_WAIT_EARLY`: as `_fp8_consumer`."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     start_m, off_bh = tile_order(SQ // BLOCK_M, L2_HEADS, CAUSAL, LPT)
     b = off_bh // H
@@ -296,10 +304,10 @@ def attention_fwd_fp8_sm90_ws(desc_q, desc_k, desc_vt, desc_o, QD, KD, VD, qk_sc
     gl.warp_specialize([
         (_fp8_consumer, (desc_o, o_smem.index(0), q_smem.index(0), k_smem, vt_smem, q_bar, k_bar, v_bar, k_empty,
                          v_empty, scale, v_descale, o_row, o_col, m0, diag, n_blocks, HEAD_DIM, HALF_M, BLOCK_N,
-                         STAGES, CAUSAL, EXP_POLY, turn, PINGPONG, False)),
+                         STAGES, CAUSAL, EXP_POLY, turn, PINGPONG, False, V_WAIT_EARLY)),
         (_fp8_consumer, (desc_o, o_smem.index(1), q_smem.index(1), k_smem, vt_smem, q_bar, k_bar, v_bar, k_empty,
                          v_empty, scale, v_descale, o_row + HALF_M, o_col, m0 + HALF_M, diag, n_blocks, HEAD_DIM,
-                         HALF_M, BLOCK_N, STAGES, CAUSAL, EXP_POLY, turn, PINGPONG, True)),
+                         HALF_M, BLOCK_N, STAGES, CAUSAL, EXP_POLY, turn, PINGPONG, True, V_WAIT_EARLY)),
         (_fp8_producer, (desc_q, desc_k, desc_vt, q_smem, k_smem, vt_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                          q_row, q_col, kv_row, kv_col, bk * HEAD_DIM, n_blocks, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
@@ -333,12 +341,12 @@ def gluon_fp8_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
 
 def gluon_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, q_descale, k_descale,
                         v_descale, scale: float, causal: bool, *, stages: int = STAGES, lpt: bool = False,
-                        exp_poly: int = 0, pingpong: bool = False) -> None:
+                        exp_poly: int = 0, pingpong: bool = False, v_wait_early: bool = False) -> None:
     """Launch `attention_fwd_fp8_sm90_ws` (inputs that `gluon_fp8_supported` took): e4m3 q `[B, Sq, Hq, D]`, k and v
     `[B, Sk, Hkv, D]` (v as the caller passed it, D or the keys contiguous: `permuted_vt` transposes it, not
     `_fp8.v_keys_contiguous`), out a contiguous `[B, Sq, Hq, D]` bf16/fp16 tensor written in place; descales fp32
     `[B, Hkv]`, one element or None (1.0); `scale` the softmax scale. `lpt`: causal tiles in LPT order. `exp_poly`
-    (0, 2, 4): `EXP_POLY`. `pingpong`: `PINGPONG`."""
+    (0, 2, 4): `EXP_POLY`. `pingpong`: `PINGPONG`. `v_wait_early`: `V_WAIT_EARLY`."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     heads_in_rows = tma_layout(q, k, k) == "heads"
@@ -354,7 +362,7 @@ def gluon_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
         *(one if t is None else t for t in descales), scale * _LOG2E,
         *(s for t in descales for s in descale_strides(t)), hq, hq // hkv, sq, sk, l2,
         HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=bool(causal), num_warps=4,
-        HEADS_IN_ROWS=heads_in_rows, LPT=lpt, EXP_POLY=exp_poly, PINGPONG=pingpong)
+        HEADS_IN_ROWS=heads_in_rows, LPT=lpt, EXP_POLY=exp_poly, PINGPONG=pingpong, V_WAIT_EARLY=v_wait_early)
 
 
 __all__ = ["attention_fwd_fp8_sm90_ws", "gluon_fp8_attention", "gluon_fp8_supported", "permuted_vt"]

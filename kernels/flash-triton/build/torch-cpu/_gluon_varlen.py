@@ -50,6 +50,7 @@ from ._gluon import (
     _exp2,
     _softmax_first,
     _softmax_next,
+    _v_wait_early,
     _window_scores,
     _ws_buffers,
     _ws_issue,
@@ -111,10 +112,11 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
                      HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, HEAD_DIM_VALID: gl.constexpr, JOINT_RELEASE: gl.constexpr,
                      SOFTCAP: gl.constexpr, WINDOW: gl.constexpr, SINKS: gl.constexpr, CAP_BOUND: gl.constexpr,
-                     P_PACK_ALU: gl.constexpr, CAP_POLY: gl.constexpr):
+                     P_PACK_ALU: gl.constexpr, CAP_POLY: gl.constexpr, V_WAIT_EARLY: gl.constexpr = False):
     """64 rows (m0 ... of this sequence), one warpgroup: `_gluon._ws_consumer` with varlen masks and stores; only
     the first HEAD_DIM_VALID columns are stored (a head dim of 80 or 96 computed on zero-padded 128-wide tiles).
-    The walk's block i is key block `first` + i (stages and phases count i); the model features as the module says."""
+    The walk's block i is key block `first` + i (stages and phases count i); the model features as the module says.
+    `V_WAIT_EARLY`: each block's values waited for at the end of its softmax (`_gluon._v_wait_early`)."""
     dtype: gl.constexpr = q_tile.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -146,24 +148,30 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
                                     dtype, p_layout, P_PACK_ALU, CAP_POLY)
     else:
         p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, True, P_PACK_ALU)  # rows may see no key
+    if V_WAIT_EARLY:
+        _v_wait_early(v_bar, 0, STAGES)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
         s, acc, prev = _ws_issue(j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES,
-                                 JOINT_RELEASE)  # the dense program's block start (`_gluon._ws_step`)
+                                 JOINT_RELEASE, V_WAIT_EARLY=V_WAIT_EARLY)  # the dense program's block start
+        # (`_gluon._ws_step`)
         s = _feature_scores(s, first + j, full, m0, offs_m, offs_n, diag, sk, softcap_in, win_left, win_right,
                             CAUSAL, BLOCK_N, HALF_M, SOFTCAP, WINDOW)
         if CAP_BOUND:
             p_op, l_i = _capped_softmax(s, l_i, qk_scale, m_ref, dtype, p_layout, P_PACK_ALU, CAP_POLY)
         else:
             p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, True, P_PACK_ALU)
+        if V_WAIT_EARLY:
+            _v_wait_early(v_bar, j, STAGES)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(prev), count=1)  # this warpgroup is done with block j-1's values
         if not CAP_BOUND:
             acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
 
     last = (n_blocks - 1) % STAGES
-    mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
+    if not V_WAIT_EARLY:  # (with it, waited for at the end of the last block's softmax)
+        mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     if SINKS:  # the sink's logit (unscaled, natural units) joins the denominator; a row that saw no key stays 0
@@ -189,7 +197,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                  SOFTCAP: gl.constexpr = False, WINDOW: gl.constexpr = False,
                                  SINKS: gl.constexpr = False, CAP_BOUND: gl.constexpr = False,
                                  P_PACK_ALU: gl.constexpr = False, CAP_POLY: gl.constexpr = 0,
-                                 LPT: gl.constexpr = False):
+                                 LPT: gl.constexpr = False, V_WAIT_EARLY: gl.constexpr = False):
     """grid = (cdiv(max_seqlen_q, BLOCK_M), B * H); BLOCK_M = 128, num_warps = 4 (as `attention_fwd_sm90_ws`). `LPT`
     (`DENSE` only): grid (cdiv(SQ, BLOCK_M) * B * H,) in `_gluon.tile_order`'s order, L2_HEADS heads a section.
     desc_q/desc_k/desc_v are 2-D TMA views `[total, H*D]` (q tiles of 64 rows); O is `[total_q, H*D]` contiguous.
@@ -204,7 +212,8 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
     `HEAD_DIM_VALID` (0: HEAD_DIM): the real head dim when HEAD_DIM is its power-of-two padding (80, 96 -> 128, views
     `[B*H*S, D]` / `[H*total, D]` only: TMA zero-fills the columns past D, the store keeps the first D). `JOINT_RELEASE`: as in `attention_fwd_sm90_ws`.
     `SOFTCAP` (softcap_in = scale / cap, qk_scale = cap·log2(e)), `WINDOW` (win_left, win_right: a bound past every
-    key for an unbounded side), `SINKS` (Sinks `[H]`, any float dtype): the module docstring."""
+    key for an unbounded side), `SINKS` (Sinks `[H]`, any float dtype): the module docstring. `V_WAIT_EARLY`: as
+    `_varlen_consumer` (`Config.v_wait_early`)."""
     D_VALID: gl.constexpr = HEAD_DIM if HEAD_DIM_VALID == 0 else HEAD_DIM_VALID
     HALF_M: gl.constexpr = 64  # rows per consumer warpgroup: BLOCK_M = 128 (two consumers) or 192 (three)
     start_m, off_bh = tile_order(gl.cdiv(SQ, BLOCK_M), L2_HEADS, CAUSAL, LPT)
@@ -266,17 +275,17 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                     v_empty, qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h,
                                     softcap_in, win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
                                     D_VALID, JOINT_RELEASE, SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU,
-                                    CAP_POLY)),
+                                    CAP_POLY, V_WAIT_EARLY)),
                 (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty,
                                     v_empty, qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h,
                                     softcap_in, win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
                                     D_VALID, JOINT_RELEASE, SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU,
-                                    CAP_POLY)),
+                                    CAP_POLY, V_WAIT_EARLY)),
                 (_varlen_consumer, (O, stride_os, q_smem.index(2), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty,
                                     v_empty, qk_scale, o_row, o_col, m0 + 2 * HALF_M, sq, sk, first, n_blocks, Sinks, h,
                                     softcap_in, win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
                                     D_VALID, JOINT_RELEASE, SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU,
-                                    CAP_POLY)),
+                                    CAP_POLY, V_WAIT_EARLY)),
                 (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES,
                                 CONSUMERS)),
@@ -288,12 +297,12 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                     v_empty, qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h,
                                     softcap_in, win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
                                     D_VALID, JOINT_RELEASE, SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU,
-                                    CAP_POLY)),
+                                    CAP_POLY, V_WAIT_EARLY)),
                 (_varlen_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty,
                                     v_empty, qk_scale, o_row, o_col, m0 + HALF_M, sq, sk, first, n_blocks, Sinks, h,
                                     softcap_in, win_left, win_right, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
                                     D_VALID, JOINT_RELEASE, SOFTCAP, WINDOW, SINKS, CAP_BOUND, P_PACK_ALU,
-                                    CAP_POLY)),
+                                    CAP_POLY, V_WAIT_EARLY)),
                 (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                                 q_row + m0, kv_row, q_col, kv_col, first, n_blocks, sk, HALF_M, BLOCK_N, STAGES,
                                 CONSUMERS)),

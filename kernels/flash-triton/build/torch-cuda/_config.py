@@ -62,6 +62,9 @@ class Config:
     pingpong: bool = False  # the dense warp-specialized Gluon program's (and its persistent form's) two consumers
     # issue each key block's matmuls in turns, so one's run under the other's softmax (FlashAttention-3's warpgroup
     # ping-pong; TUNING.md step 30)
+    v_wait_early: bool = False  # the Gluon programs (not the persistent one) wait for each key block's values at the
+    # end of its softmax, which keeps ptxas from hoisting the wait for P_{j-1}·V_{j-1} above S_j's exponentials
+    # (`_gluon._v_wait_early`; TUNING.md step 31)
 
     def __post_init__(self):
         if self.cap_poly not in (0, 2, 4):
@@ -73,6 +76,9 @@ class Config:
         if self.pingpong and not (self.dense_ws or self.persistent):
             raise ValueError("pingpong is an option of the dense warp-specialized Gluon program and its persistent "
                              "form (gluon=True, warp_specialize=True, not varlen)")
+        if self.v_wait_early and not (self.gluon and not self.persistent):
+            raise ValueError("v_wait_early is an option of the Gluon programs other than the persistent one "
+                             "(gluon=True, persistent=False)")
         if self.split_mask and not self.dense_ws:
             raise ValueError("split_mask is an option of the dense warp-specialized Gluon program (gluon=True, "
                              "warp_specialize=True, not varlen or persistent)")
@@ -98,7 +104,8 @@ class Config:
                 + (" joint" if self.joint_release else "") + ("" if self.cap_bound else " online-max")
                 + (f" poly/{self.cap_poly}" if self.cap_poly else "") + (" alu-pack" if self.p_pack_alu else "")
                 + (f" exp-poly/{self.exp_poly}" if self.exp_poly else "") + (" split-mask" if self.split_mask else "")
-                + (" lpt" if self.lpt else "") + (" pingpong" if self.pingpong else ""))
+                + (" lpt" if self.lpt else "") + (" pingpong" if self.pingpong else "")
+                + (" v-wait-early" if self.v_wait_early else ""))
 
 
 def p_pack_problem(cfg: Config, dtype: torch.dtype, packed: bool = False) -> str | None:

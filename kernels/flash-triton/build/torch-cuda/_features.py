@@ -136,9 +136,10 @@ def varlen_gluon_meta(f: Features, cfg) -> dict:
     `CAP_BOUND`, soft-capping without a running max (`cfg.cap_bound` and a cap up to `CAP_BOUND_MAX`), and with it
     `CAP_POLY` (`cfg.cap_poly`: one exp2 in that many on the FMA pipes; 0 without the bound), and `P_PACK_ALU`
     (`cfg.p_pack_alu`: P rounded to bf16 on the integer pipe; `_config.p_pack_problem` refuses it where it cannot
-    apply)."""
+    apply), and `V_WAIT_EARLY` (`cfg.v_wait_early`)."""
     bound = cfg.cap_bound and 0 < f.softcap <= CAP_BOUND_MAX
-    return dict(f.meta(), CAP_BOUND=bound, CAP_POLY=cfg.cap_poly if bound else 0, P_PACK_ALU=cfg.p_pack_alu)
+    return dict(f.meta(), CAP_BOUND=bound, CAP_POLY=cfg.cap_poly if bound else 0, P_PACK_ALU=cfg.p_pack_alu,
+                V_WAIT_EARLY=cfg.v_wait_early)
 
 
 def softcap_switches(cfg, f: Features, head_dim: int, dtype: torch.dtype):

@@ -209,7 +209,8 @@ FP8_EXP_POLY = 4
 
 def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_descale=None, v_descale=None,
                   out_dtype=torch.bfloat16, *, block_m: int = 128, block_n: int = 64, num_warps: int = 4,
-                  num_stages: int = 3, program: str = "auto", exp_poly: int | None = None, pingpong: bool = False):
+                  num_stages: int = 3, program: str = "auto", exp_poly: int | None = None, pingpong: bool = False,
+                  v_wait_early: bool = False):
     """Attention of e4m3 q `[B, Sq, Hq, D]` over e4m3 k/v `[B, Sk, Hkv, D]` with descales; `[B, Sq, Hq, D]` in
     `out_dtype`. ValueError with the reason for anything it does not take. `program`: "triton" (this module's
     program, the tile arguments apply), "gluon" (the warp-specialized sm_90 program of `_gluon_fp8.py`, FlashAttention-3
@@ -220,7 +221,8 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
     pipes) applies to the Gluon program only; None (the default) is `FP8_EXP_POLY` there and nothing on the Triton
     program; 2 or 4 given is refused where the Gluon program does not run (0, off, means nothing there).
     `pingpong`: the Gluon program's two consumers issue their matmuls in turns (`Config.pingpong`'s schedule);
-    refused where that program does not run."""
+    `v_wait_early`: the Gluon program waits for each key block's values at the end of its softmax
+    (`Config.v_wait_early`'s schedule); each refused where that program does not run."""
     if program not in ("triton", "gluon", "auto"):
         raise ValueError(f"flash-triton flash_attn_func (FP8): program must be 'triton', 'gluon' or 'auto', got "
                          f"{program!r}")
@@ -233,9 +235,10 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
     if exp_poly and not gluon:
         raise ValueError(f"flash-triton flash_attn_func (FP8): exp_poly is an option of the Gluon FP8 program, which "
                          f"does not run here: {why}")
-    if pingpong and not gluon:
-        raise ValueError(f"flash-triton flash_attn_func (FP8): pingpong is an option of the Gluon FP8 program, which "
-                         f"does not run here: {why}")
+    for name, on in (("pingpong", pingpong), ("v_wait_early", v_wait_early)):
+        if on and not gluon:
+            raise ValueError(f"flash-triton flash_attn_func (FP8): {name} is an option of the Gluon FP8 program, "
+                             f"which does not run here: {why}")
     if program == "gluon" and not gluon:
         raise ValueError(f"flash-triton flash_attn_func (FP8): {why}")
     b, sq, hq, d = q.shape
@@ -250,7 +253,8 @@ def fp8_attention(q, k, v, softmax_scale=None, causal=False, q_descale=None, k_d
         from ._gluon_fp8 import gluon_fp8_attention
 
         gluon_fp8_attention(q, k, v, out, q_descale, k_descale, v_descale, scale, bool(causal),
-                            exp_poly=FP8_EXP_POLY if exp_poly is None else exp_poly, pingpong=bool(pingpong))
+                            exp_poly=FP8_EXP_POLY if exp_poly is None else exp_poly, pingpong=bool(pingpong),
+                            v_wait_early=bool(v_wait_early))
         return out
     descales = (q_descale, k_descale, v_descale)
     one = torch.ones(1, dtype=torch.float32, device=q.device) if any(t is None for t in descales) else None

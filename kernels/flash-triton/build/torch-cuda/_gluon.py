@@ -259,14 +259,15 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
                        win_right, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                        HEADS_IN_ROWS: gl.constexpr = False, LPT: gl.constexpr = False, WINDOW: gl.constexpr = False,
-                       SINKS: gl.constexpr = False, EXP_POLY: gl.constexpr = 0):
+                       SINKS: gl.constexpr = False, EXP_POLY: gl.constexpr = 0, V_WAIT_EARLY: gl.constexpr = False):
     """grid = (Sq / BLOCK_M, B * H), with `LPT` (Sq / BLOCK_M * B * H,) (`tile_order`); BLOCK_M = 16 * num_warps
     (one warpgroup per 64 rows). The descriptors are 2-D views `[B*S, H*D]` of `[B, S, H, D]` tensors, or with
     `HEADS_IN_ROWS` `[B*H*S, D]` of `[B, H, S, D]` ones (`[B, S, H, D]` views of them: what a transpose of PyTorch's
     own layout hands over, read without a copy). `WINDOW`: a sliding window (win_left, win_right; a bound past every
     key for an unbounded side), the tile walks only the key blocks its rows' windows reach; `SINKS`: the sink logits
     Sinks `[H]` (any float dtype) join each row's denominator. Sq <= Sk whenever either is on (every row sees a key).
-    `EXP_POLY`: one score exponential in that many (2, 4) as a polynomial on the FMA pipes (`_exp2`, `Config.exp_poly`)."""
+    `EXP_POLY`: one score exponential in that many (2, 4) as a polynomial on the FMA pipes (`_exp2`, `Config.exp_poly`).
+    `V_WAIT_EARLY`: each block's values waited for at the end of its softmax (`_v_wait_early`, `Config.v_wait_early`)."""
     dtype: gl.constexpr = desc_q.dtype
     m0, q_row, kv_row, q_col, kv_col, h = _program_tile(H, GROUPS, SQ, SK, L2_HEADS, HEAD_DIM, BLOCK_M, CAUSAL,
                                                         HEADS_IN_ROWS, LPT)
@@ -322,6 +323,8 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
         lo = first * BLOCK_N
         s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
     p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, WINDOW, POLY=EXP_POLY)
+    if V_WAIT_EARLY:
+        _v_wait_early(v_bar, 0, STAGES)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_blocks):
@@ -329,7 +332,8 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
         prev = (j - 1) % STAGES
         mbarrier.wait(k_bar.index(slot), (j // STAGES) & 1)
         s = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
+        if not V_WAIT_EARLY:
+            mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
         s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
         s = _scores(s, first + j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
@@ -337,6 +341,8 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
             lo = (first + j) * BLOCK_N
             s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
         p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, WINDOW, POLY=EXP_POLY)
+        if V_WAIT_EARLY:
+            _v_wait_early(v_bar, j, STAGES)
         acc = warpgroup_mma_wait(0, deps=[acc])
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
         if num_warps > 4:  # another warpgroup may still read this stage
@@ -346,7 +352,8 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
                  BLOCK_N)
 
     last = (n_blocks - 1) % STAGES
-    mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
+    if not V_WAIT_EARLY:  # (with it, waited for at the end of the last block's softmax)
+        mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     if SINKS:
@@ -436,23 +443,37 @@ def _pass_turn(turn, SECOND: gl.constexpr):
 
 
 @gluon.jit
+def _v_wait_early(v_bar, ring, STAGES: gl.constexpr):
+    """Wait for the values of key block `ring` (its stage and phase in the K/V ring) at the end of its softmax, before
+    the wait for the accumulator, instead of just before its P·V is issued (`Config.v_wait_early`). Why: ptxas
+    schedules a `wgmma.wait_group` as early as its basic block allows, and in the programs' key loops that put the
+    wait for P_{j-1}·V_{j-1} above every exponential of S_j (TUNING.md steps 30-31): the softmax ran after that
+    product, not under it. An mbarrier wait is a loop, so it ends the basic block: the accumulator's wait after it
+    cannot rise above the exponentials. Waiting for the values earlier costs nothing where the producer loads them
+    with the block's keys (it does)."""
+    mbarrier.wait(v_bar.index(ring % STAGES), (ring // STAGES) & 1)
+
+
+@gluon.jit
 def _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES: gl.constexpr,
               JOINT_RELEASE: gl.constexpr, turn=None, turn_phase=0, PINGPONG: gl.constexpr = False,
-              SECOND: gl.constexpr = False):
+              SECOND: gl.constexpr = False, V_WAIT_EARLY: gl.constexpr = False):
     """The start of a warp-specialized consumer's key block at `ring` (its stage and phase in the K/V ring): S issued,
     P·V of the block before behind it, S waited for (that P·V may still run), the stage's keys released unless
     `JOINT_RELEASE`. (S, the in-flight accumulator, the previous block's stage); the caller masks, runs the softmax,
     waits for the accumulator and releases that stage's values (`_ws_step`, the varlen program's loop). `PINGPONG`:
     both matmuls are issued in this warpgroup's turn (`turn[SECOND]` completing phase `turn_phase`), which passes
     to the other consumer (`turn[not SECOND]`) as soon as they are issued, so that its matmuls run under this one's softmax
-    (FlashAttention-3's warpgroup ping-pong, `Config.pingpong`)."""
+    (FlashAttention-3's warpgroup ping-pong, `Config.pingpong`). `V_WAIT_EARLY`: the previous block's values were
+    waited for at the end of its softmax (`_ws_step`), not here."""
     slot = ring % STAGES
     prev = (ring - 1) % STAGES
     mbarrier.wait(k_bar.index(slot), (ring // STAGES) & 1)
     if PINGPONG:
         _take_turn(turn, turn_phase, SECOND)
     s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    mbarrier.wait(v_bar.index(prev), ((ring - 1) // STAGES) & 1)
+    if not V_WAIT_EARLY:
+        mbarrier.wait(v_bar.index(prev), ((ring - 1) // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
     if PINGPONG:
         _pass_turn(turn, SECOND)
@@ -468,7 +489,8 @@ def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, ze
              STAGES: gl.constexpr, CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, EXP_POLY: gl.constexpr,
              q_empty=None, q_done=False, RELEASE_Q: gl.constexpr = False, turn=None,
              PINGPONG: gl.constexpr = False, SECOND: gl.constexpr = False, turn_base=0,
-             WINDOW: gl.constexpr = False, first=0, m0=0, win_left=0, win_right=0, HALF_M: gl.constexpr = 64):
+             WINDOW: gl.constexpr = False, first=0, m0=0, win_left=0, win_right=0, HALF_M: gl.constexpr = 64,
+             V_WAIT_EARLY: gl.constexpr = False):
     """Key block j of `_ws_consumer`'s loop: S_j issued, P_{j-1}·V_{j-1} behind it, the softmax of S_j under that
     matmul, then the rescale. `ring`: the block's number in the K/V ring (its stage and phase; j in a program of one
     tile, the key blocks of the tiles before plus j in the persistent one). `CAUSAL`: the block is tested against
@@ -477,10 +499,11 @@ def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, ze
     matmuls issued in this warpgroup's turn (`_ws_issue`; the turn of block j completes phase (turn_base + j - 1) & 1,
     `turn_base` the loop steps of the tiles before in the persistent program). `WINDOW` (persistent): j counts from
     the tile's first key block `first`; a block that crosses a window edge of the `HALF_M` rows from m0 is masked
-    (`_window_scores`) and the softmax is safe for rows that see none of its keys."""
+    (`_window_scores`) and the softmax is safe for rows that see none of its keys. `V_WAIT_EARLY`: this block's
+    values waited for after its softmax, before the accumulator is (`_v_wait_early`), not before its P·V is issued."""
     dtype: gl.constexpr = q_tile.dtype
     s, acc, prev = _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES,
-                             JOINT_RELEASE, turn, (turn_base + j - 1) & 1, PINGPONG, SECOND)
+                             JOINT_RELEASE, turn, (turn_base + j - 1) & 1, PINGPONG, SECOND, V_WAIT_EARLY)
     if RELEASE_Q:
         mbarrier.arrive(q_empty, count=1, pred=q_done)  # (a constant True where the caller peeled the last block)
     s = _scores(s, first + j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
@@ -488,6 +511,8 @@ def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, ze
         lo = (first + j) * BLOCK_N
         s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, HALF_M, BLOCK_N)
     p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, WINDOW, POLY=EXP_POLY)
+    if V_WAIT_EARLY:
+        _v_wait_early(v_bar, ring, STAGES)
     acc = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(v_empty.index(prev), count=1)  # ... and with block j-1's values
     acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
@@ -500,14 +525,15 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
                  HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                  CAUSAL: gl.constexpr, JOINT_RELEASE: gl.constexpr, SINKS: gl.constexpr, EXP_POLY: gl.constexpr = 0,
                  SPLIT_MASK: gl.constexpr = False, turn=None, PINGPONG: gl.constexpr = False,
-                 SECOND: gl.constexpr = False):
+                 SECOND: gl.constexpr = False, V_WAIT_EARLY: gl.constexpr = False):
     """64 rows of the tile (rows m0 ...), one warpgroup: the schedule of `attention_fwd_sm90`, with the stage
     released to the producer (`k_empty`, `v_empty`: `_ws_producer`) instead of refilled. Both halves walk the same
     `n_blocks` (the lower half's last blocks are fully masked for the upper half: probabilities 0, running max
     unchanged). `SINKS`: the sink's logit `sink` (log2 units) joins each row's denominator after the last block
     (gpt-oss; every row here sees a key, so the running max is finite). `SPLIT_MASK` (causal): the key loop in two,
     the blocks before `full` with no mask test, then the diagonal ones (`Config.split_mask`). `PINGPONG`: the two
-    consumers issue each key block's matmuls in turns (`_ws_issue`); the `SECOND` hands the first its first turn."""
+    consumers issue each key block's matmuls in turns (`_ws_issue`); the `SECOND` hands the first its first turn.
+    `V_WAIT_EARLY`: each block's values waited for at the end of its softmax (`_v_wait_early`)."""
     dtype: gl.constexpr = q_tile.dtype
     if PINGPONG and SECOND:
         _pass_turn(turn, True)
@@ -523,6 +549,8 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
         mbarrier.arrive(k_empty.index(0), count=1)  # this warpgroup is done with block 0's keys
     s = _scores(s, 0, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
     p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, POLY=EXP_POLY)
+    if V_WAIT_EARLY:
+        _v_wait_early(v_bar, 0, STAGES)
     acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
 
     if SPLIT_MASK:  # the blocks every row of this half sees whole, with no mask test, then the diagonal's (a
@@ -532,21 +560,22 @@ def _ws_consumer(desc_o, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v
             p_op, m_i, l_i, acc = _ws_step(j, j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
                                            m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
                                            BLOCK_N, STAGES, False, JOINT_RELEASE, EXP_POLY, turn=turn,
-                                           PINGPONG=PINGPONG, SECOND=SECOND)
+                                           PINGPONG=PINGPONG, SECOND=SECOND, V_WAIT_EARLY=V_WAIT_EARLY)
         for j in range(n_plain, n_blocks):  # none when not causal (`full` is every key then)
             p_op, m_i, l_i, acc = _ws_step(j, j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
                                            m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
                                            BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE, EXP_POLY, turn=turn,
-                                           PINGPONG=PINGPONG, SECOND=SECOND)
+                                           PINGPONG=PINGPONG, SECOND=SECOND, V_WAIT_EARLY=V_WAIT_EARLY)
     else:  # one loop; under CAUSAL each block is tested against `full` and the diagonal's masked
         for j in range(1, n_blocks):
             p_op, m_i, l_i, acc = _ws_step(j, j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, zero_s, p_op,
                                            m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o, p_layout,
                                            BLOCK_N, STAGES, CAUSAL, JOINT_RELEASE, EXP_POLY, turn=turn,
-                                           PINGPONG=PINGPONG, SECOND=SECOND)
+                                           PINGPONG=PINGPONG, SECOND=SECOND, V_WAIT_EARLY=V_WAIT_EARLY)
 
     last = (n_blocks - 1) % STAGES
-    mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
+    if not V_WAIT_EARLY:  # (with it, waited for at the end of the last block's softmax)
+        mbarrier.wait(v_bar.index(last), ((n_blocks - 1) // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     if SINKS:
@@ -602,7 +631,7 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
                           HEADS_IN_ROWS: gl.constexpr = False, JOINT_RELEASE: gl.constexpr = False,
                           SINKS: gl.constexpr = False, LPT: gl.constexpr = False, EXP_POLY: gl.constexpr = 0,
                           TIMELINE: gl.constexpr = False, SPLIT_MASK: gl.constexpr = False,
-                          PINGPONG: gl.constexpr = False):
+                          PINGPONG: gl.constexpr = False, V_WAIT_EARLY: gl.constexpr = False):
     """grid = (Sq / BLOCK_M, B * H), with `LPT` (Sq / BLOCK_M * B * H,) (`tile_order`); BLOCK_M = 128 (two consumer
     warpgroups of 64 rows), num_warps = 4 (the default
     partition is consumer 0; consumer 1 and the producer are worker partitions). desc_q/desc_o tiles are 64 rows.
@@ -612,7 +641,8 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
     `attention_fwd_sm90`. `TIMELINE`: each program writes Timeline[4 * pid ...] (int64; pid = the launch's linear
     program id) = the global timer (ns) at its start and after its consumers are done, its SM, its key blocks (a
     diagnostic of the schedule: `attention(..., timeline=)`; None and off otherwise). `SPLIT_MASK`: as in
-    `_ws_consumer`. `PINGPONG`: the consumers issue their matmuls in turns (`_ws_issue`, `Config.pingpong`)."""
+    `_ws_consumer`. `PINGPONG`: the consumers issue their matmuls in turns (`_ws_issue`, `Config.pingpong`).
+    `V_WAIT_EARLY`: each block's values waited for at the end of its softmax (`_v_wait_early`, `Config.v_wait_early`)."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     if TIMELINE:
         pid = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
@@ -640,10 +670,11 @@ def attention_fwd_sm90_ws(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, S
     gl.warp_specialize([
         (_ws_consumer, (desc_o, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                         q_row, q_col, m0, diag, n_blocks, sink, HEAD_DIM, HALF_M, BLOCK_N, STAGES, CAUSAL,
-                        JOINT_RELEASE, SINKS, EXP_POLY, SPLIT_MASK, turn, PINGPONG, False)),
+                        JOINT_RELEASE, SINKS, EXP_POLY, SPLIT_MASK, turn, PINGPONG, False, V_WAIT_EARLY)),
         (_ws_consumer, (desc_o, q_smem.index(1), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty, qk_scale,
                         q_row + HALF_M, q_col, m0 + HALF_M, diag, n_blocks, sink, HEAD_DIM, HALF_M, BLOCK_N,
-                        STAGES, CAUSAL, JOINT_RELEASE, SINKS, EXP_POLY, SPLIT_MASK, turn, PINGPONG, True)),
+                        STAGES, CAUSAL, JOINT_RELEASE, SINKS, EXP_POLY, SPLIT_MASK, turn, PINGPONG, True,
+                        V_WAIT_EARLY)),
         (_ws_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty,
                         q_row, kv_row, q_col, kv_col, 0, n_blocks, SK, HALF_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
