@@ -168,8 +168,8 @@ def run_timeline(case: Case, mod, gen, gpu: str, persistent: bool = False) -> di
 def explore_configs(mod, case: Case, q, k) -> dict:
     """Named configs of our kernel to time beside its default on this case (`--explore`): for windows the
     one-warpgroup program on 64x64 tiles with 2 and 3 stages, the warp-specialized varlen program and the persistent
-    one (with and without `pingpong`), the one-warpgroup and varlen programs with `Config.v_wait_early`; for plain
-    calls the default program with `Config.lpt` switched the other way and its persistent form (one CTA per SM
+    one (with and without `pingpong`), the one-warpgroup, varlen and persistent programs with `Config.v_wait_early`;
+    for plain calls the default program with `Config.lpt` switched the other way and its persistent form (one CTA per SM
     walking a longest-first tile plan, `_plan.py`), its consumers' matmuls in turns (`Config.pingpong`) and each
     block's values waited for at the end of its softmax (`Config.v_wait_early`: the exponentials kept under the
     previous block's P·V, TUNING.md step 31); where the default is the one-warpgroup program, the warp-specialized
@@ -190,12 +190,13 @@ def explore_configs(mod, case: Case, q, k) -> dict:
         if case.d in (64, 128):  # the persistent program walks each tile's window blocks from its plan
             out["ws persistent"] = dataclasses.replace(known.GLUON_WS, persistent=True)
             out["ws persistent pingpong"] = dataclasses.replace(known.GLUON_WS, persistent=True, pingpong=True)
+            out["ws persistent v-wait-early"] = dataclasses.replace(known.GLUON_WS, persistent=True, v_wait_early=True)
         return out
     cfg = mod.choose_config(q, k, case.causal)
     out = {}
     if getattr(cfg, "gluon", False) and case.causal:
         out[f"default {'without' if cfg.lpt else 'with'} lpt"] = dataclasses.replace(cfg, lpt=not cfg.lpt)
-    if getattr(cfg, "gluon", False) and not getattr(cfg, "persistent", False):  # the exponentials kept under P·V
+    if getattr(cfg, "gluon", False):  # the exponentials kept under P·V
         out["default v-wait-early"] = dataclasses.replace(cfg, v_wait_early=True)
     if getattr(cfg, "dense_ws", False) and case.d in (64, 128):  # the forms the persistent program takes
         out["default persistent"] = dataclasses.replace(cfg, persistent=True, lpt=False)
@@ -203,6 +204,8 @@ def explore_configs(mod, case: Case, q, k) -> dict:
         out["default pingpong"] = dataclasses.replace(cfg, pingpong=True)
         if case.d in (64, 128):
             out["default persistent pingpong"] = dataclasses.replace(cfg, persistent=True, lpt=False, pingpong=True)
+            out["default persistent v-wait-early"] = dataclasses.replace(cfg, persistent=True, lpt=False,
+                                                                         v_wait_early=True)
     elif getattr(cfg, "dense_gluon", False) and case.d in (64, 128):  # a one-warpgroup default: the
         out["ws"] = known.GLUON_WS  # warp-specialized program against it too, its ping-pong and persistent forms
         out["ws pingpong"] = dataclasses.replace(known.GLUON_WS, pingpong=True)

@@ -262,7 +262,7 @@ def _child() -> dict:
                      ("pingpong-varlen", dict(ws, varlen=True, pingpong=True)),
                      ("pingpong-persistent", dict(ws, persistent=True, pingpong=True)),
                      ("pingpong-ws", dict(ws, pingpong=True)),
-                     # Config.v_wait_early: every Gluon program but the persistent one
+                     # Config.v_wait_early: every Gluon program
                      ("v-wait-triton", dict(v_wait_early=True)),
                      ("v-wait-persistent", dict(ws, persistent=True, v_wait_early=True)),
                      ("v-wait-one-wg", dict(block_m=64, block_n=128, gluon=True, v_wait_early=True)),
@@ -349,9 +349,8 @@ def test_exp_poly_is_refused_by_name_where_no_program_takes_it(interp):
     for name in ("pingpong-one-wg", "pingpong-varlen"):
         assert "pingpong is an option of the dense warp-specialized Gluon program" in made[name], made[name]
     assert made["pingpong-ws"].endswith("pingpong") and made["pingpong-persistent"].endswith("persistent pingpong")
-    for name in ("v-wait-triton", "v-wait-persistent"):
-        assert "v_wait_early is an option of the Gluon programs other than the persistent one" in made[name], made[name]
-    for name in ("v-wait-one-wg", "v-wait-varlen", "v-wait-ws"):
+    assert "v_wait_early is an option of the Gluon programs" in made["v-wait-triton"], made["v-wait-triton"]
+    for name in ("v-wait-one-wg", "v-wait-varlen", "v-wait-ws", "v-wait-persistent"):
         assert made[name].endswith("v-wait-early"), made[name]
 
 
@@ -578,11 +577,12 @@ def test_window_and_sinks_on_the_one_warpgroup_program_match_the_fp64_oracle(til
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("program", ["one-wg", "varlen"])
+@pytest.mark.parametrize("program", ["one-wg", "varlen", "persistent-64", "persistent-128"])
 def test_window_and_sinks_with_the_values_waited_for_early_match_the_fp64_oracle(program):
     """`Config.v_wait_early` (each key block's values waited for at the end of its softmax) where a window moves the
-    walk's first block: the one-warpgroup program in gpt-oss's default tiles (64x64, 2 stages, head dim 64) and the
-    warp-specialized varlen program (128x128, head dim 128); the cases of the tests above, both TMA layouts."""
+    walk's first block: the one-warpgroup program in gpt-oss's default tiles (64x64, 2 stages, head dim 64), the
+    warp-specialized varlen program (128x128, head dim 128) and the persistent one (the ring of key blocks carried
+    across tiles, head dims 64 and 128); the cases of the tests above, both TMA layouts."""
     import torch
 
     from attnprof.variants import kernel_hub
@@ -592,6 +592,10 @@ def test_window_and_sinks_with_the_values_waited_for_early_match_the_fp64_oracle
         pytest.skip("the Gluon programs are sm_90 only")
     if program == "one-wg":
         d, cfg = 64, mod.Config(block_m=64, block_n=64, num_warps=4, num_stages=2, gluon=True, v_wait_early=True)
+    elif program.startswith("persistent"):
+        d, cfg = int(program[-3:].lstrip("-")), mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3,
+                                                           gluon=True, warp_specialize=True, persistent=True,
+                                                           v_wait_early=True)
     else:
         d, cfg = 128, mod.Config(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True,
                                  warp_specialize=True, varlen=True, v_wait_early=True)

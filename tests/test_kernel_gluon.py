@@ -220,7 +220,8 @@ def exps_under_the_product(body: list[str]) -> tuple[int, int]:
     return len(exps), sum(i < wait for i in exps)
 
 
-@pytest.mark.parametrize("program", ["ws-d128-causal", "ws-d64-full", "one-wg-window-sinks", "varlen-d128"])
+@pytest.mark.parametrize("program", ["ws-d128-causal", "ws-d64-full", "one-wg-window-sinks", "varlen-d128",
+                                     "persistent-d64-window-sinks"])
 def test_the_values_waited_for_early_keep_the_exponentials_under_the_product(program, tmp_path):
     """`Config.v_wait_early` (TUNING.md step 31): ptxas hoists the wait for P_{j-1}·V_{j-1} to the top of its basic
     block, above most of S_j's exponentials, so the softmax runs after that product instead of under it; the values'
@@ -241,7 +242,10 @@ def test_the_values_waited_for_early_keep_the_exponentials_under_the_product(pro
     else:
         shape, options = {"ws-d128-causal": ((128, 128, 128, 4, 3, True), dict(ws=True)),
                           "ws-d64-full": ((128, 128, 64, 4, 3, False), dict(ws=True)),
-                          "one-wg-window-sinks": ((64, 64, 64, 4, 2, True), dict(window=True, sinks=True))}[program]
+                          "one-wg-window-sinks": ((64, 64, 64, 4, 2, True), dict(window=True, sinks=True)),
+                          "persistent-d64-window-sinks": ((128, 128, 64, 4, 3, True),
+                                                          dict(ws=True, persistent=True, window=True, sinks=True)),
+                          }[program]
 
         def sass_of(early: bool) -> tuple[str, str]:
             return compile_sm90(*shape, tmp_path, **options, v_wait_early=early)[1:]

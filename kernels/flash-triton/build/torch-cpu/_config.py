@@ -62,9 +62,9 @@ class Config:
     pingpong: bool = False  # the dense warp-specialized Gluon program's (and its persistent form's) two consumers
     # issue each key block's matmuls in turns, so one's run under the other's softmax (FlashAttention-3's warpgroup
     # ping-pong; TUNING.md step 30)
-    v_wait_early: bool = False  # the Gluon programs (not the persistent one) wait for each key block's values at the
-    # end of its softmax, which keeps ptxas from hoisting the wait for P_{j-1}·V_{j-1} above S_j's exponentials
-    # (`_gluon._v_wait_early`; TUNING.md step 31)
+    v_wait_early: bool = False  # the Gluon programs wait for each key block's values at the end of its softmax,
+    # which keeps ptxas from hoisting the wait for P_{j-1}·V_{j-1} above S_j's exponentials (`_gluon._v_wait_early`;
+    # TUNING.md step 31)
 
     def __post_init__(self):
         if self.cap_poly not in (0, 2, 4):
@@ -76,9 +76,8 @@ class Config:
         if self.pingpong and not (self.dense_ws or self.persistent):
             raise ValueError("pingpong is an option of the dense warp-specialized Gluon program and its persistent "
                              "form (gluon=True, warp_specialize=True, not varlen)")
-        if self.v_wait_early and not (self.gluon and not self.persistent):
-            raise ValueError("v_wait_early is an option of the Gluon programs other than the persistent one "
-                             "(gluon=True, persistent=False)")
+        if self.v_wait_early and not self.gluon:
+            raise ValueError("v_wait_early is an option of the Gluon programs (gluon=True)")
         if self.split_mask and not self.dense_ws:
             raise ValueError("split_mask is an option of the dense warp-specialized Gluon program (gluon=True, "
                              "warp_specialize=True, not varlen or persistent)")

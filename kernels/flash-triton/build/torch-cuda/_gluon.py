@@ -762,7 +762,8 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
                   Plan, n_m, SQ, SK, H, GROUPS, Timeline, HALF: gl.constexpr, HEAD_DIM: gl.constexpr,
                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   TIMELINE: gl.constexpr, HEADS_IN_ROWS: gl.constexpr, turn=None, PINGPONG: gl.constexpr = False,
-                  Sinks=None, win_left=0, win_right=0, WINDOW: gl.constexpr = False, SINKS: gl.constexpr = False):
+                  Sinks=None, win_left=0, win_right=0, WINDOW: gl.constexpr = False, SINKS: gl.constexpr = False,
+                  V_WAIT_EARLY: gl.constexpr = False):
     """Rows HALF * 64 ... of each of this CTA's tiles: `_ws_consumer`'s schedule tile after tile. `TIMELINE` (consumer
     0 writes it): Timeline[4 * tile ...] = the global timer before the tile's Q is waited for and after its O is
     stored, the SM, the key blocks (`attention_fwd_sm90_ws`'s records, one per tile instead of one per program).
@@ -810,6 +811,8 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
             s = _window_scores(s, first * BLOCK_N, first * BLOCK_N, m0, offs_m, offs_n, diag, win_left, win_right,
                                HALF_M, BLOCK_N)
         p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, WINDOW)
+        if V_WAIT_EARLY:
+            _v_wait_early(v_bar, ring, STAGES)
         acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
         # the key loop without its last block, then that block, which releases Q after its QKᵀ: a Q release
         # inside the loop (predicated on the last block) would put a warpgroup barrier before every block's arrive
@@ -818,7 +821,8 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
                                            zero_s, p_op, m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o,
                                            p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, turn=turn, PINGPONG=PINGPONG,
                                            SECOND=HALF == 1, turn_base=ring - (i - lo), WINDOW=WINDOW, first=first,
-                                           m0=m0, win_left=win_left, win_right=win_right, HALF_M=HALF_M)
+                                           m0=m0, win_left=win_left, win_right=win_right, HALF_M=HALF_M,
+                                           V_WAIT_EARLY=V_WAIT_EARLY)
         if n_blocks > 1:
             j = n_blocks - 1
             p_op, m_i, l_i, acc = _ws_step(j, ring + j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty,
@@ -826,9 +830,11 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
                                            p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, q_empty=q_empty, q_done=True,
                                            RELEASE_Q=True, turn=turn, PINGPONG=PINGPONG, SECOND=HALF == 1,
                                            turn_base=ring - (i - lo), WINDOW=WINDOW, first=first, m0=m0,
-                                           win_left=win_left, win_right=win_right, HALF_M=HALF_M)
+                                           win_left=win_left, win_right=win_right, HALF_M=HALF_M,
+                                           V_WAIT_EARLY=V_WAIT_EARLY)
         last = ring + n_blocks - 1
-        mbarrier.wait(v_bar.index(last % STAGES), (last // STAGES) & 1)
+        if not V_WAIT_EARLY:  # (with it, waited for at the end of the last block's softmax)
+            mbarrier.wait(v_bar.index(last % STAGES), (last // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(last % STAGES), count=1)
@@ -854,16 +860,19 @@ def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GR
                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr,
                            TIMELINE: gl.constexpr = False, HEADS_IN_ROWS: gl.constexpr = False,
                            PINGPONG: gl.constexpr = False, WINDOW: gl.constexpr = False,
-                           SINKS: gl.constexpr = False):
+                           SINKS: gl.constexpr = False, V_WAIT_EARLY: gl.constexpr = False):
     """grid = (CTAs,) with the plan `Plan` (int32, `_plan.lpt_plan` for that many CTAs); O is `[B*Sq, H*D]` with row
     stride `stride_os`, or with `HEADS_IN_ROWS` (q, k, v and O `[B, S, H, D]` views of `[B, H, S, D]` tensors, the
     descriptors over `[B*H*S, D]`) `[B*H*Sq, D]`; Sq a multiple of BLOCK_M, Sk of BLOCK_N (`gluon_unsupported`).
     `TIMELINE`: a record per tile in `Timeline` (`_wsp_consumer`; None and off otherwise). `PINGPONG`: as
     `attention_fwd_sm90_ws`. `WINDOW` (win_left, win_right; None without) and `SINKS` (Sinks `[H]`; None without): as
-    `attention_fwd_sm90`, the plan made for the window's key blocks (`_plan.lpt_plan`)."""
+    `attention_fwd_sm90`, the plan made for the window's key blocks (`_plan.lpt_plan`). `V_WAIT_EARLY`: as
+    `attention_fwd_sm90_ws`."""
     HALF_M: gl.constexpr = BLOCK_M // 2
     n_m = SQ // BLOCK_M
-    CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
+    # the consumers take 232 registers at every head dim: the tile loop's state (plan, ring, turn and window
+    # counters) spilled at head dim 64 under the dense program's 168 (40 bytes of stack, 168 with a window)
+    CONSUMER_REGS: gl.constexpr = 232
     q_smem, k_smem, v_smem, q_bar, k_bar, v_bar, k_empty, v_empty = _ws_buffers(
         desc_q, desc_k, desc_v, HALF_M, HEAD_DIM, BLOCK_N, STAGES, False)
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -876,11 +885,11 @@ def attention_fwd_sm90_wsp(desc_q, desc_k, desc_v, O, stride_os, qk_scale, H, GR
         (_wsp_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, Timeline, 0, HEAD_DIM, BLOCK_M,
                          BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS, turn, PINGPONG, Sinks, win_left,
-                         win_right, WINDOW, SINKS)),
+                         win_right, WINDOW, SINKS, V_WAIT_EARLY)),
         (_wsp_consumer, (O, stride_os, q_smem.index(1), k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, qk_scale, Plan, n_m, SQ, SK, H, GROUPS, Timeline, 1, HEAD_DIM, BLOCK_M,
                          BLOCK_N, STAGES, CAUSAL, TIMELINE, HEADS_IN_ROWS, turn, PINGPONG, Sinks, win_left,
-                         win_right, WINDOW, SINKS)),
+                         win_right, WINDOW, SINKS, V_WAIT_EARLY)),
         (_wsp_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_bar, v_bar, k_empty,
                          v_empty, Plan, n_m, SQ, SK, H, GROUPS, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                          HEADS_IN_ROWS, win_left, win_right, WINDOW)),

@@ -474,7 +474,7 @@ def _launch_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         run(key, grid, (dq, dk, dv, *rest),
             dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.num_stages, CAUSAL=causal,
                  num_warps=cfg.num_warps, TIMELINE=timeline is not None, HEADS_IN_ROWS=heads_in_rows,
-                 PINGPONG=cfg.pingpong, WINDOW=windowed, SINKS=f.sinks))
+                 PINGPONG=cfg.pingpong, WINDOW=windowed, SINKS=f.sinks, V_WAIT_EARLY=cfg.v_wait_early))
         return
     run = launcher(ws if cfg.warp_specialize else one_wg)
     grid = grid_of(sq // cfg.block_m)
