@@ -34,14 +34,15 @@ PARTS=" ${PARTS:-tests kernel stages bench verify} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 # first the oracle tests of the configs the explore rows time beside the default (LPT order, the persistent program
 # on its tile plan, the consumers' products in turns, the values waited for early): a row is only worth reading if
-# its config computes the right answer on this machine (~190 tests, most of it compiling: a part of its own, alone
-# in a device call). The configs no GPU has checked yet go first (`Config.v_wait_early`, TUNING.md step 31; the
-# persistent program's window at head dim 128), so a time cap cuts the ones already checked.
+# its config computes the right answer on this machine (~200 tests, most of it compiling: a part of its own, alone
+# in a device call). Two pytest processes at once, so two compilers run: the configs no GPU has checked yet
+# (`Config.v_wait_early`, TUNING.md step 31; the persistent program's window at head dim 128) and the others.
+NEW="waited_for_early or v-wait-early or (persistent_program and 128)"
 if part tests; then
-cuda_tests "$dest/explore-tests-new.log" 200 tests/test_kernel_cuda.py tests/test_kernel_features.py \
-  -k "waited_for_early or v-wait-early or (persistent_program and 128)"
-cuda_tests "$dest/explore-tests.log" 300 tests/test_kernel_cuda.py tests/test_kernel_features.py \
-  -k "(wsp or persistent or lpt or pingpong) and not (waited_for_early or v-wait-early or (persistent_program and 128))"
+cuda_tests "$dest/explore-tests-new.log" 420 tests/test_kernel_cuda.py tests/test_kernel_features.py -k "$NEW" &
+cuda_tests "$dest/explore-tests.log" 420 tests/test_kernel_cuda.py tests/test_kernel_features.py \
+  -k "(wsp or persistent or lpt or pingpong) and not ($NEW)" &
+wait
 fi
 if part kernel; then
 timeout 420 python3 benchmarks/kernel_vs_fa4_bench.py --explore --anatomy --timeline --rounds 3 --out "$dest/kernel-vs-fa4.jsonl" \
