@@ -117,29 +117,17 @@ def test_exponentials_on_the_fma_pipes_keep_the_oracle(fp8, exp_poly):
         assert _rel(out, ref) <= 1.5 * _rel(emu, ref) + 1e-3, (case, _rel(out, ref), _rel(emu, ref))
 
 
-def test_the_consumers_matmuls_in_turns_keep_the_oracle(fp8):
-    """`pingpong`: the consumers' products issued in turns (the schedule alone changes) within the same bound, at
-    head dims 64 and 128, causal and not, a prefill chunk (Sq < Sk) and head-major views, with the default
-    exponentials."""
+@pytest.mark.parametrize("option", ["pingpong", "v_wait_early"])
+def test_the_schedule_options_keep_the_oracle(fp8, option):
+    """The schedule alone changes, within the same bound, at head dims 64 and 128, causal and not, a prefill chunk
+    (Sq < Sk) and head-major views, with the default exponentials: `pingpong` (the consumers' products issued in
+    turns), `v_wait_early` (each key block's values waited for at the end of its softmax)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("sm_90 only")
     for case in (*CASES[:4], CASES[8], CASES[10]):
         (q8, k8, v8, qd, kd, vd), (qx, kx, vx) = _inputs(case)
         causal = case[6]
-        out = fp8.fp8_attention(q8, k8, v8, None, causal, qd, kd, vd, pingpong=True)
-        ref, emu = _oracle(qx, kx, vx, causal)
-        assert _rel(out, ref) <= 1.5 * _rel(emu, ref) + 1e-3, (case, _rel(out, ref), _rel(emu, ref))
-
-
-def test_the_values_waited_for_early_keep_the_oracle(fp8):
-    """`v_wait_early`: each key block's values waited for at the end of its softmax (the schedule alone changes)
-    within the same bound, at head dims 64 and 128, causal and not, a prefill chunk (Sq < Sk) and head-major views."""
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("sm_90 only")
-    for case in (*CASES[:4], CASES[8], CASES[10]):
-        (q8, k8, v8, qd, kd, vd), (qx, kx, vx) = _inputs(case)
-        causal = case[6]
-        out = fp8.fp8_attention(q8, k8, v8, None, causal, qd, kd, vd, v_wait_early=True)
+        out = fp8.fp8_attention(q8, k8, v8, None, causal, qd, kd, vd, **{option: True})
         ref, emu = _oracle(qx, kx, vx, causal)
         assert _rel(out, ref) <= 1.5 * _rel(emu, ref) + 1e-3, (case, _rel(out, ref), _rel(emu, ref))
 
