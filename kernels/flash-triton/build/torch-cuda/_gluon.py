@@ -815,7 +815,9 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
             _v_wait_early(v_bar, ring, STAGES)
         acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
         # the key loop without its last block, then that block, which releases Q after its QKᵀ: a Q release
-        # inside the loop (predicated on the last block) would put a warpgroup barrier before every block's arrive
+        # inside the loop (predicated on the last block) would put a warpgroup barrier before every block's arrive.
+        # The last block as a loop of at most one step, not under `if n_blocks > 1`: the values merging after that
+        # `if` made ptxas 12.8 (Triton 3.6's) serialize every wgmma of the program (C7513; TUNING.md step 31)
         for j in range(1, n_blocks - 1):
             p_op, m_i, l_i, acc = _ws_step(j, ring + j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty,
                                            zero_s, p_op, m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o,
@@ -823,8 +825,7 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
                                            SECOND=HALF == 1, turn_base=ring - (i - lo), WINDOW=WINDOW, first=first,
                                            m0=m0, win_left=win_left, win_right=win_right, HALF_M=HALF_M,
                                            V_WAIT_EARLY=V_WAIT_EARLY)
-        if n_blocks > 1:
-            j = n_blocks - 1
+        for j in range(gl.maximum(n_blocks - 1, 1), n_blocks):
             p_op, m_i, l_i, acc = _ws_step(j, ring + j, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty,
                                            zero_s, p_op, m_i, l_i, acc, qk_scale, full, offs_m, offs_n, diag, rows_o,
                                            p_layout, BLOCK_N, STAGES, CAUSAL, False, 0, q_empty=q_empty, q_done=True,
