@@ -85,6 +85,9 @@ def run(seq: int, tokens: int, hq: int, hkv: int, d: int, mod, rounds: int, gen,
              **{name: (lambda n=n: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
                                                      v_descale=vd, exp_poly=n, v_wait_early=True))
                 for name, n in (("ours fp8 v-wait-early", None), ("ours fp8 v-wait-early exp-poly off", 0))},
+             "ours fp8 pingpong v-wait-early": lambda: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd,
+                                                                         k_descale=kd, v_descale=vd, pingpong=True,
+                                                                         v_wait_early=True),
              "ours fp8 triton": lambda: mod.fp8_attention(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd,
                                                           v_descale=vd, program="triton"),
              # v kept with the keys contiguous, as the Triton program reads it: the call without its transposing copy

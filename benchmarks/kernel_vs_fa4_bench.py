@@ -202,6 +202,8 @@ def explore_configs(mod, case: Case, q, k) -> dict:
         out["default persistent"] = dataclasses.replace(cfg, persistent=True, lpt=False)
     if getattr(cfg, "dense_ws", False):
         out["default pingpong"] = dataclasses.replace(cfg, pingpong=True)
+        # FlashAttention-3 runs both: the consumers in turns and each one's softmax under its own P·V
+        out["default pingpong v-wait-early"] = dataclasses.replace(cfg, pingpong=True, v_wait_early=True)
         if case.d in (64, 128):
             out["default persistent pingpong"] = dataclasses.replace(cfg, persistent=True, lpt=False, pingpong=True)
             out["default persistent v-wait-early"] = dataclasses.replace(cfg, persistent=True, lpt=False,
