@@ -263,6 +263,19 @@ def test_the_values_waited_for_early_keep_the_exponentials_under_the_product(pro
     assert spills[0] <= spills[2] and spills[1] <= spills[3], (usage, plain_usage)
 
 
+def test_the_one_warpgroup_refill_sets_both_expects_before_both_loads(tmp_path):
+    """The one-warpgroup program refills a K/V stage from its own key loop (`_load_kv`): both mbarriers' expected
+    bytes, then both TMA loads. Triton puts a warpgroup barrier between any two of these single-thread operations, so
+    this order pays one fewer barrier a key block than expect, load, expect, load."""
+    if not (BIN / "nvdisasm").exists():
+        pytest.skip("this Triton wheel ships no nvdisasm")
+    for shape, options in (((64, 64, 64, 4, 2, True), dict(window=True, sinks=True)), ((64, 64, 128, 4, 3, True), {})):
+        (body,) = key_loops(compile_sm90(*shape, tmp_path, **options)[1])
+        refill = [("expect" if "SYNCS.ARRIVE.TRANS64" in x else "load") for x in body
+                  if "SYNCS.ARRIVE.TRANS64" in x and "A1T0" not in x or "UTMALDG" in x]
+        assert refill == ["expect", "expect", "load", "load"], (shape, refill)
+
+
 def test_the_persistent_key_loop_pays_no_more_barriers_per_block_than_the_dense_one(tmp_path):
     """Gluon puts a warpgroup barrier (`BAR.SYNC`) before each mbarrier arrive of a 4-warp partition: the persistent
     program releases Q in its peeled last block, not in every block under a predicate, so its key loop carries the

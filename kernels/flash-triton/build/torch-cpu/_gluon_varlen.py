@@ -291,7 +291,7 @@ def attention_fwd_sm90_ws_varlen(desc_q, desc_k, desc_v, O, stride_os, qk_scale,
                                 CONSUMERS)),
             ], [4, 4, 1], [THREE_REGS, THREE_REGS, 24])
         else:
-            CONSUMER_REGS: gl.constexpr = 232 if BLOCK_N * HEAD_DIM > 8192 or HEAD_DIM > 128 else 168
+            CONSUMER_REGS: gl.constexpr = 232
             gl.warp_specialize([
                 (_varlen_consumer, (O, stride_os, q_smem.index(0), k_smem, v_smem, q_bar, k_bar, v_bar, k_empty,
                                     v_empty, qk_scale, o_row, o_col, m0, sq, sk, first, n_blocks, Sinks, h,
