@@ -435,3 +435,16 @@ def test_padded_head_dims_read_past_the_row_only_in_the_heads_view():
     assert list(mod.tma_desc(torch.empty(2, 8, 4, 128, dtype=torch.bfloat16), 64, False).block_shape) == [64, 128]
     with pytest.raises(ValueError, match="next head"):
         mod.tma_desc(t.contiguous(), 64, False)
+
+
+def test_sass_loops_counts_what_issues_before_and_after_the_products_wait():
+    """`kernels/flash-triton/sass_loops.py`'s per-loop counts on a hand-written key loop: two exponentials under the
+    product, one after its wait; after the wait: the wait itself to the loop's end plus the loop's start up to its
+    first product."""
+    spec = importlib.util.spec_from_file_location("sass_loops", SOURCE.parents[2] / "sass_loops.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    body = ["SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR4], R1", "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, gsb0",
+            "WARPGROUP.DEPBAR.LE gsb0, 0x1", "BAR.SYNC.DEFER_BLOCKING 0x0, 0x80", "MUFU.EX2 R1, R1", "MUFU.EX2 R2, R2",
+            "WARPGROUP.DEPBAR.LE gsb0, 0x0", "MUFU.EX2 R3, R3", "BRA `(.L_x_1)"]
+    assert mod.loop_stats(body) == dict(instructions=9, barriers=1, exps=3, exps_under_pv=2, after_wait=4)
