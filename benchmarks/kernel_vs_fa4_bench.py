@@ -173,9 +173,11 @@ def explore_configs(mod, case: Case, q, k) -> dict:
     walking a longest-first tile plan, `_plan.py`), its consumers' matmuls in turns (`Config.pingpong`) and each
     block's values waited for at the end of its softmax (`Config.v_wait_early`: the exponentials kept under the
     previous block's P·V, TUNING.md step 31); where the default is the one-warpgroup program, the warp-specialized
-    program and those forms of it). Left out after they lost on an H100 (TUNING.md steps 28-29): the
-    varlen program on 192-row tiles (0.84-0.90x FA4 against the default's 0.89-0.91, git 461b305), `Config.exp_poly`
-    (0.78-0.99x the default in bf16 at every shape, git 5fd04a1) and `Config.split_mask` (0.93-1.00x)."""
+    program and those forms of it); at head dim 64 the varlen program on 192-row tiles, three consumers (0.84-0.90x
+    FA4 against the default's 0.89-0.91 at git 461b305; no spills in its loop with Triton 3.6, the GPU image's, though
+    3.9's spills), with and without `v_wait_early`. Left out after they lost on an H100 (TUNING.md steps 28-29):
+    `Config.exp_poly` (0.78-0.99x the default in bf16 at every shape, git 5fd04a1) and `Config.split_mask`
+    (0.93-1.00x)."""
     if case.decode or case.softcap:
         return {}
     known = mod._config  # the kernel's own named configs
@@ -208,6 +210,10 @@ def explore_configs(mod, case: Case, q, k) -> dict:
             out["default persistent pingpong"] = dataclasses.replace(cfg, persistent=True, lpt=False, pingpong=True)
             out["default persistent v-wait-early"] = dataclasses.replace(cfg, persistent=True, lpt=False,
                                                                          v_wait_early=True)
+    if case.d == 64:  # FlashAttention-3/4's head-dim-64 tile: 192 rows, three consumers (the varlen program's)
+        three = dataclasses.replace(known.GLUON_WS_VARLEN, block_m=192, lpt=case.causal)
+        out["varlen ws 192"] = three
+        out["varlen ws 192 v-wait-early"] = dataclasses.replace(three, v_wait_early=True)
     elif getattr(cfg, "dense_gluon", False) and case.d in (64, 128):  # a one-warpgroup default: the
         out["ws"] = known.GLUON_WS  # warp-specialized program against it too, its ping-pong and persistent forms
         out["ws pingpong"] = dataclasses.replace(known.GLUON_WS, pingpong=True)

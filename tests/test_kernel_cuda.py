@@ -81,7 +81,9 @@ PATHS = {"default": None, "ptr": dict(block_m=128, block_n=64, num_warps=8, num_
          "gluon-wsp-v-wait-early": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True,
                                         warp_specialize=True, persistent=True, v_wait_early=True),
          "gluon-ws-pingpong-v-wait-early": dict(block_m=128, block_n=128, num_warps=4, num_stages=3, gluon=True,
-                                                warp_specialize=True, pingpong=True, v_wait_early=True)}
+                                                warp_specialize=True, pingpong=True, v_wait_early=True),
+         "gluon-ws-varlen-192-v-wait-early": dict(block_m=192, block_n=128, num_warps=4, num_stages=3, gluon=True,
+                                                  warp_specialize=True, varlen=True, lpt=True, v_wait_early=True)}
 
 
 def oracle_case(case: tuple, d: int):
@@ -139,7 +141,7 @@ def test_matches_oracle_within_twice_eager(mod, case, path):
                                   "gluon-ws-lpt", "gluon-ws-varlen-lpt", "gluon-ws-varlen-192", "gluon-ws-exp-poly",
                                   "gluon-ws-pingpong", "gluon-wsp-pingpong", "gluon-v-wait-early",
                                   "gluon-ws-v-wait-early", "gluon-ws-varlen-v-wait-early", "gluon-wsp-v-wait-early",
-                                  "gluon-ws-pingpong-v-wait-early"])
+                                  "gluon-ws-pingpong-v-wait-early", "gluon-ws-varlen-192-v-wait-early"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:6])) + f"-{c[6]}-{'causal' if c[7] else 'full'}")
 def test_views_of_the_heads_major_layout_match_oracle(mod, case, path):
     """`[B, S, H, D]` views of PyTorch's `[B, H, S, D]` tensors, as the `kernel` variant hands them over (no copy):

@@ -90,4 +90,4 @@ def test_the_explore_sets_are_configs_the_kernel_takes():
             if not (case.decode or case.softcap or case.window != (-1, -1) or case.sinks):
                 assert out["default v-wait-early"] == dataclasses.replace(default, v_wait_early=True), case
     assert {"default pingpong", "default pingpong v-wait-early", "default persistent", "ws v-wait-early", "varlen ws v-wait-early",
-            "one-wg 64x64 s2 v-wait-early", "default persistent v-wait-early", "ws persistent v-wait-early"} <= labels, labels
+            "one-wg 64x64 s2 v-wait-early", "varlen ws 192 v-wait-early", "default persistent v-wait-early", "ws persistent v-wait-early"} <= labels, labels
