@@ -34,14 +34,18 @@ PARTS=" ${PARTS:-tests kernel stages bench verify} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 # first the oracle tests of the configs the explore rows time beside the default (LPT order, the persistent program
 # on its tile plan, the consumers' products in turns, the values waited for early): a row is only worth reading if
-# its config computes the right answer on this machine (~200 tests, most of it compiling: a part of its own, alone
-# in a device call). Two pytest processes at once, so two compilers run: the configs no GPU has checked yet
-# (`Config.v_wait_early`, TUNING.md step 31; the persistent program's window at head dim 128) and the others.
-NEW="waited_for_early or v-wait-early or (persistent_program and 128)"
+# its config computes the right answer on this machine (~320 tests, most of it compiling: a part of its own, alone
+# in a device call). Two pytest processes at once, so two compilers run: the configs and paths no GPU has checked
+# since they changed (`Config.v_wait_early`, TUNING.md step 31; the persistent program's window at head dim 128) and
+# the others.
+# (the default, one-warpgroup and varlen paths too: step 31 changed their code, the one-warpgroup refill and the varlen
+# program's registers at head dim 64)
+NEW="waited_for_early or v-wait-early or (persistent_program and 128) or -default] or -gluon] or -gluon-ws-varlen]"
+NEW="$NEW or one_warpgroup_program or small_windows"
 if part tests; then
 # beside them, the machine-code checks of every Gluon program as this machine's Triton and ptxas compile them (sm_90
-# SASS, no GPU needed; CI runs them with Triton 3.9's: TUNING.md step 31 found Triton 3.6's ptxas serializing a
-# program 3.9's did not, and byte permutes in the FP8 program's P that 3.9's avoids)
+# SASS, no GPU needed; CI runs them with Triton 3.9 and 3.6, `make test-sass-gpu-triton`: this is the image's own,
+# whatever version it has)
 (timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernel_gluon.py tests/test_kernel_gluon_fp8.py \
   > "$dest/sass-tests.log" 2>&1; echo "sass tests exit=$?"; grep -E "passed|failed" "$dest/sass-tests.log" | tail -8) &
 cuda_tests "$dest/explore-tests-new.log" 420 tests/test_kernel_cuda.py tests/test_kernel_features.py -k "$NEW" &
