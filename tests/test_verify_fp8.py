@@ -162,8 +162,9 @@ def _child() -> dict:
     from attnprof.models import kernel_cache as KC
     from attnprof.models.attention import resolve_impls
     from attnprof.models.fp8_cache import Fp8Cache, Fp8StaticCache, cache_argument
-    from attnprof.serving.loops import _generation_config, measure_static_decode
+    from attnprof.serving.loops import _generation_config
     from attnprof.serving.throughput import _prompt
+    from decode_points import static_decode_point
 
     kernel = resolve_impls("kernel", "cpu")[0]
     model = build_model(config, attn_implementation="eager", dtype="fp16", device="cpu", seed=3)
@@ -206,8 +207,8 @@ def _child() -> dict:
                        "fp8_calls": sum(descaled), "keys_contiguous_calls": sum(keys_contiguous)}
     torch._dynamo.reset()
     del descaled[:], keys_contiguous[:]
-    point = measure_static_decode(model, "kernel (kv fp8)", batch=2, context=10, new_tokens=6, device="cpu", reps=1,
-                                  backend="eager", kv_dtype="fp8")
+    point = static_decode_point(model, "kernel (kv fp8)", batch=2, context=10, new_tokens=6, device="cpu", reps=1,
+                                backend="eager", kv_dtype="fp8")
     serve["point"] = {"status": point.status, "kv_dtype": point.kv_dtype, "graph_breaks": point.graph_breaks}
     serve["point_reads"] = {"fp8": sum(descaled), "keys_contiguous": sum(keys_contiguous)}
     return {"kernel_rc": kernel_rc, "model_rc": model_rc, "fp8_reads": sum(reads), "serve": serve, "tmp": out}
