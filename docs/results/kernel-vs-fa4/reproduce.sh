@@ -54,10 +54,13 @@ cuda_tests "$dest/explore-tests.log" 420 tests/test_kernel_cuda.py tests/test_ke
 wait
 fi
 if part kernel; then
-# (~50 more explore configs since step 31, most of it compiling: the part takes what the call has left)
-timeout $(( $(left) > 540 ? 540 : $(left) )) python3 benchmarks/kernel_vs_fa4_bench.py --explore --anatomy --timeline --rounds 3 --out "$dest/kernel-vs-fa4.jsonl" \
-  > "$dest/kernel-vs-fa4.log" 2>&1
-echo "kernel_vs_fa4_bench exit=$?"; stamp kernel-vs-fa4
+# (~50 more explore configs since step 31, most of it compiling: the part takes what the call has left). ONLY=a,b
+# times only the cases whose names contain one of them (the bench's --only), into kernel-vs-fa4-<ONLY>.jsonl/.log:
+# the part split over calls, e.g. ONLY=anatomy, then ONLY=causal,full,GQA, then ONLY=window,decode,softcap
+only=${ONLY:-}; suffix=${only:+-${only//[^A-Za-z0-9]/_}}
+timeout $(( $(left) > 540 ? 540 : $(left) )) python3 benchmarks/kernel_vs_fa4_bench.py --explore --anatomy --timeline \
+  --rounds 3 ${only:+--only "$only"} --out "$dest/kernel-vs-fa4$suffix.jsonl" > "$dest/kernel-vs-fa4$suffix.log" 2>&1
+echo "kernel_vs_fa4_bench exit=$?"; stamp "kernel-vs-fa4$suffix"
 fi
 if part stages; then
 stages tutorial
