@@ -346,9 +346,7 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
             lo = (first + j) * BLOCK_N
             s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
         p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, WINDOW, POLY=EXP_POLY)
-        if V_WAIT_EARLY:
-            _v_wait_early(v_bar, j, STAGES)
-        acc = warpgroup_mma_wait(0, deps=[acc])
+        acc = _pv_wait(acc, v_bar, j, STAGES, V_WAIT_EARLY)
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
         if num_warps > 4:  # another warpgroup may still read this stage
             _cta_barrier()
@@ -460,6 +458,16 @@ def _v_wait_early(v_bar, ring, STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _pv_wait(acc, v_bar, ring, STAGES: gl.constexpr, V_WAIT_EARLY: gl.constexpr):
+    """The wait for P_{j-1}·V_{j-1} (the accumulator `acc`) at the end of key block `ring`'s softmax; with
+    `V_WAIT_EARLY` block `ring`'s values are waited for just before it (`_v_wait_early`), which is what keeps the
+    softmax's exponentials ahead of it in the machine code."""
+    if V_WAIT_EARLY:
+        _v_wait_early(v_bar, ring, STAGES)
+    return warpgroup_mma_wait(0, deps=[acc])
+
+
+@gluon.jit
 def _ws_issue(ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, zero_s, p_op, acc, STAGES: gl.constexpr,
               JOINT_RELEASE: gl.constexpr, turn=None, turn_phase=0, PINGPONG: gl.constexpr = False,
               SECOND: gl.constexpr = False, V_WAIT_EARLY: gl.constexpr = False):
@@ -516,9 +524,7 @@ def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, ze
         lo = (first + j) * BLOCK_N
         s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, HALF_M, BLOCK_N)
     p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, WINDOW, POLY=EXP_POLY)
-    if V_WAIT_EARLY:
-        _v_wait_early(v_bar, ring, STAGES)
-    acc = warpgroup_mma_wait(0, deps=[acc])
+    acc = _pv_wait(acc, v_bar, ring, STAGES, V_WAIT_EARLY)
     mbarrier.arrive(v_empty.index(prev), count=1)  # ... and with block j-1's values
     acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
     return p_op, m_i, l_i, acc

@@ -52,8 +52,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._checks import descale_strides, tma_layout
 from ._config import INTERPRETED, l2_heads
-from ._gluon import (_pass_turn, _scores, _softmax_first, _softmax_next, _take_turn, _tma_fill, _tma_load, _tma_store,
-                     _turns, _v_wait_early, _ws_first_scores, tile_order, tma_desc)
+from ._gluon import (_pass_turn, _pv_wait, _scores, _softmax_first, _softmax_next, _take_turn, _tma_fill, _tma_load,
+                     _tma_store, _turns, _v_wait_early, _ws_first_scores, tile_order, tma_desc)
 
 BLOCK_M = 128  # two consumer warpgroups of 64 rows
 BLOCK_N = 128  # a multiple of 32 (the K step of an 8-bit wgmma) for P·V; N = 128 for QKᵀ
@@ -222,9 +222,7 @@ def _fp8_consumer(desc_o, o_tile, q_tile, k_smem, vt_smem, q_bar, k_bar, v_bar, 
         mbarrier.arrive(k_empty.index(cur), count=1)
         s = _scores(s, j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
         p, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, gl.float32, s_layout, POLY=EXP_POLY)
-        if V_WAIT_EARLY:
-            _v_wait_early(v_bar, j, STAGES)
-        acc = warpgroup_mma_wait(0, deps=[acc])
+        acc = _pv_wait(acc, v_bar, j, STAGES, V_WAIT_EARLY)
         mbarrier.arrive(v_empty.index(before), count=1)
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
 

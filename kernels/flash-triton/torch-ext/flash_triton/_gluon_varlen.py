@@ -46,6 +46,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ._gluon import (
     _p_operand,
+    _pv_wait,
     _sink_rescale,
     _exp2,
     _softmax_first,
@@ -162,9 +163,7 @@ def _varlen_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, k_bar, v_bar, 
             p_op, l_i = _capped_softmax(s, l_i, qk_scale, m_ref, dtype, p_layout, P_PACK_ALU, CAP_POLY)
         else:
             p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, True, P_PACK_ALU)
-        if V_WAIT_EARLY:
-            _v_wait_early(v_bar, j, STAGES)
-        acc = warpgroup_mma_wait(0, deps=[acc])
+        acc = _pv_wait(acc, v_bar, j, STAGES, V_WAIT_EARLY)
         mbarrier.arrive(v_empty.index(prev), count=1)  # this warpgroup is done with block j-1's values
         if not CAP_BOUND:
             acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
