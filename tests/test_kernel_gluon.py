@@ -212,12 +212,22 @@ def key_loops(sass: str) -> list[list[str]]:
     return [body for body in loops if not any(len(o) < len(body) and o[-1] in body for o in loops)]
 
 
+def _sass_loops():
+    """`kernels/flash-triton/sass_loops.py`, the key-loop counts the SASS tests and TUNING.md read."""
+    spec = importlib.util.spec_from_file_location("sass_loops", SOURCE.parents[2] / "sass_loops.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SASS_LOOPS = _sass_loops()
+
+
 def exps_under_the_product(body: list[str]) -> tuple[int, int]:
     """(exponentials, those issued before the wait for P_{j-1}·V_{j-1}) in a key loop's instructions (`key_loops`):
-    the wait is the loop's `WARPGROUP.DEPBAR.LE gsb0, 0x0`, the exponentials its `MUFU.EX2`."""
-    wait = next(i for i, x in enumerate(body) if "DEPBAR.LE gsb0, 0x0" in x)
-    exps = [i for i, x in enumerate(body) if "MUFU.EX2" in x]
-    return len(exps), sum(i < wait for i in exps)
+    the wait is the loop's `WARPGROUP.DEPBAR.LE gsb0, 0x0`, the exponentials its `MUFU.EX2` (`sass_loops.loop_stats`)."""
+    stats = SASS_LOOPS.loop_stats(body)
+    return stats["exps"], stats["exps_under_pv"]
 
 
 @pytest.mark.parametrize("program", ["ws-d128-causal", "ws-d64-full", "one-wg-window-sinks", "varlen-d128",
@@ -441,10 +451,7 @@ def test_sass_loops_counts_what_issues_before_and_after_the_products_wait():
     """`kernels/flash-triton/sass_loops.py`'s per-loop counts on a hand-written key loop: two exponentials under the
     product, one after its wait; after the wait: the wait itself to the loop's end plus the loop's start up to its
     first product."""
-    spec = importlib.util.spec_from_file_location("sass_loops", SOURCE.parents[2] / "sass_loops.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     body = ["SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR4], R1", "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, gsb0",
             "WARPGROUP.DEPBAR.LE gsb0, 0x1", "BAR.SYNC.DEFER_BLOCKING 0x0, 0x80", "MUFU.EX2 R1, R1", "MUFU.EX2 R2, R2",
             "WARPGROUP.DEPBAR.LE gsb0, 0x0", "MUFU.EX2 R3, R3", "BRA `(.L_x_1)"]
-    assert mod.loop_stats(body) == dict(instructions=9, barriers=1, exps=3, exps_under_pv=2, after_wait=4)
+    assert SASS_LOOPS.loop_stats(body) == dict(instructions=9, barriers=1, exps=3, exps_under_pv=2, after_wait=4)
