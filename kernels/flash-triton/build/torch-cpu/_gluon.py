@@ -65,12 +65,17 @@ def tma_desc(t: torch.Tensor, block: int, heads_in_rows: bool):
 
 
 @gluon.jit
-def _scores(s, j, full, offs_m, offs_n, diag, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Key block j's raw scores with the causal mask applied when the block crosses the diagonal."""
+def _scores(s, j, full, offs_m, offs_n, diag, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+            WINDOW: gl.constexpr = False, m0=0, win_left=0, win_right=0, ROWS: gl.constexpr = 64):
+    """Key block j's raw scores with the causal mask applied when the block crosses the diagonal and, with `WINDOW`,
+    a sliding window's edges where the block crosses one for the `ROWS` rows from m0 (`_window_scores`)."""
     if CAUSAL:
         if j * BLOCK_N >= full:
             cols = j * BLOCK_N + offs_n
             s = gl.where(cols[None, :] <= offs_m[:, None] + diag, s, float("-inf"))
+    if WINDOW:
+        lo = j * BLOCK_N
+        s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, ROWS, BLOCK_N)
     return s
 
 
@@ -323,10 +328,7 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
     mbarrier.wait(k_bar.index(0), 0)
     s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=[s])
-    s = _scores(s, first, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-    if WINDOW:
-        lo = first * BLOCK_N
-        s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
+    s = _scores(s, first, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N, WINDOW, m0, win_left, win_right, BLOCK_M)
     p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, WINDOW, POLY=EXP_POLY)
     if V_WAIT_EARLY:
         _v_wait_early(v_bar, 0, STAGES)
@@ -341,10 +343,8 @@ def attention_fwd_sm90(desc_q, desc_k, desc_v, desc_o, qk_scale, H, GROUPS, SQ, 
             mbarrier.wait(v_bar.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
         s = warpgroup_mma_wait(1, deps=[s])  # S_j done; P_{j-1} V_{j-1} may still run under the softmax
-        s = _scores(s, first + j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-        if WINDOW:
-            lo = (first + j) * BLOCK_N
-            s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, BLOCK_M, BLOCK_N)
+        s = _scores(s, first + j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N, WINDOW, m0, win_left, win_right,
+                    BLOCK_M)
         p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, WINDOW, POLY=EXP_POLY)
         acc = _pv_wait(acc, v_bar, j, STAGES, V_WAIT_EARLY)
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
@@ -519,10 +519,7 @@ def _ws_step(j, ring, q_tile, k_smem, v_smem, k_bar, v_bar, k_empty, v_empty, ze
                              JOINT_RELEASE, turn, (turn_base + j - 1) & 1, PINGPONG, SECOND, V_WAIT_EARLY)
     if RELEASE_Q:
         mbarrier.arrive(q_empty, count=1, pred=q_done)  # (a constant True where the caller peeled the last block)
-    s = _scores(s, first + j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-    if WINDOW:
-        lo = (first + j) * BLOCK_N
-        s = _window_scores(s, lo, lo, m0, offs_m, offs_n, diag, win_left, win_right, HALF_M, BLOCK_N)
+    s = _scores(s, first + j, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N, WINDOW, m0, win_left, win_right, HALF_M)
     p_op, m_i, l_i, alpha = _softmax_next(s, m_i, l_i, qk_scale, dtype, p_layout, WINDOW, POLY=EXP_POLY)
     acc = _pv_wait(acc, v_bar, ring, STAGES, V_WAIT_EARLY)
     mbarrier.arrive(v_empty.index(prev), count=1)  # ... and with block j-1's values
@@ -817,10 +814,7 @@ def _wsp_consumer(O, stride_os, q_tile, k_smem, v_smem, q_bar, q_empty, k_bar, v
         s = warpgroup_mma_wait(0, deps=[s])
         mbarrier.arrive(k_empty.index(slot), count=1)
         mbarrier.arrive(q_empty, count=1, pred=n_blocks == 1)  # that was this tile's last QKᵀ
-        s = _scores(s, first, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N)
-        if WINDOW:
-            s = _window_scores(s, first * BLOCK_N, first * BLOCK_N, m0, offs_m, offs_n, diag, win_left, win_right,
-                               HALF_M, BLOCK_N)
+        s = _scores(s, first, full, offs_m, offs_n, diag, CAUSAL, BLOCK_N, WINDOW, m0, win_left, win_right, HALF_M)
         p_op, m_i, l_i = _softmax_first(s, qk_scale, dtype, p_layout, WINDOW)
         if V_WAIT_EARLY:
             _v_wait_early(v_bar, ring, STAGES)
